@@ -1,3 +1,15 @@
-"""agentgym: deterministic multi-turn tool environments and verifiable rewards for agent RL."""
+"""agentgym: deterministic multi-turn tool environments and verifiable rewards for agent RL.
+
+``import agentgym`` registers every environment, so ``gym.make("agentgym/Refund-v0")`` works.
+Linters that flag the import as unused accept ``gym.register_envs(agentgym)`` instead.
+"""
+
+from agentgym.env import ToolEnv
+from agentgym.envs import ENVIRONMENTS, register_envs
+from agentgym.parsing import ParsedAction, ToolCall, parse_action
+from agentgym.tools import Tool, ToolError, tool
 
 __version__ = "0.1.0"
+__all__ = ["ENVIRONMENTS", "ParsedAction", "Tool", "ToolCall", "ToolEnv", "ToolError", "parse_action", "register_envs", "tool"]
+
+register_envs()

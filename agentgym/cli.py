@@ -1,0 +1,185 @@
+"""The ``agentgym`` command line: list environments, play one, roll out scripted policies.
+
+Every command turns bad input into one clear line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["main"]
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except KeyboardInterrupt:
+        print("agentgym: interrupted", file=sys.stderr)
+        return 130
+    except (CLIError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError, gym.error.Error) as exc:
+        print(f"agentgym: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentgym", description="Deterministic multi-turn tool environments for agent RL.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = commands.add_parser("list", help="list the registered environments")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(run=_list)
+
+    p = commands.add_parser("play", help="play an environment yourself in the terminal")
+    _env_arguments(p)
+    p.add_argument("--task-id", help="play this task (default: drawn with the seed)")
+    p.set_defaults(run=_play)
+
+    p = commands.add_parser("rollout", help="run a scripted policy and write trajectories as JSONL")
+    _env_arguments(p)
+    p.add_argument("--policy", default="oracle", help="scripted policy: oracle, random, do_nothing, or one the env adds")
+    p.add_argument("--episodes", type=int, default=10, help="number of episodes (default 10)")
+    p.add_argument("--out", required=True, help="output JSONL file")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(run=_rollout)
+    return parser
+
+
+def _env_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("env", metavar="ENV", help="environment id, e.g. agentgym/Refund-v0")
+    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p.add_argument("--split", default="train", choices=["train", "val", "test"], help="task split (default train)")
+    p.add_argument("--env-kwargs", type=_json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def _make(args: argparse.Namespace, **extra: Any) -> gym.Env:
+    import agentgym  # noqa: F401  (registers the environments)
+
+    if args.env not in gym.registry:
+        known = ", ".join(k for k in gym.registry if k.startswith("agentgym/"))
+        raise CLIError(f"unknown environment {args.env!r}; known: {known}")
+    try:
+        return gym.make(args.env, split=args.split, **args.env_kwargs, **extra)
+    except TypeError as exc:  # a wrong --env-kwargs key
+        raise CLIError(f"cannot make {args.env}: {exc}") from None
+
+
+def _list(args: argparse.Namespace) -> int:
+    from agentgym.envs import ENVIRONMENTS
+
+    if args.json:
+        print(json.dumps([{"id": k, "description": d} for k, (_, d) in ENVIRONMENTS.items()], indent=2))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("environment", "description")
+    for env_id, (_, description) in ENVIRONMENTS.items():
+        table.add_row(env_id, description)
+    Console().print(table)
+    return 0
+
+
+def _rollout(args: argparse.Namespace) -> int:
+    from agentgym.rollout import rollout, summarize, write_jsonl
+
+    from agentgym.rollout import make_policy
+
+    env = _make(args)  # validates the id, kwargs and policy before the output file is touched
+    make_policy(env, args.policy, args.seed)
+    env.close()
+    records = write_jsonl(
+        args.out, rollout(args.env, args.policy, episodes=args.episodes, seed=args.seed, split=args.split, env_kwargs=args.env_kwargs)
+    )
+    summary = {"env": args.env, "policy": args.policy, "split": args.split, **summarize(records), "out": args.out}
+    _print_summary(summary, args.json)
+    return 0
+
+
+def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("metric", "value", title=f"{summary['env']} — {summary['policy']} ({summary['split']})")
+    for key, value in summary.items():
+        if key not in ("env", "policy", "split"):
+            table.add_row(key.replace("_", " "), f"{value:.3f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+def _play(args: argparse.Namespace, read: Callable[[str], str] = input) -> int:
+    """An interactive episode: type the assistant's turns; ``/call NAME {json}`` writes a tool call."""
+    from rich.console import Console
+
+    from agentgym.parsing import format_tool_call
+
+    console = Console(highlight=False)
+    env = _make(args)
+    observation, info = env.reset(seed=args.seed, options={"task_id": args.task_id} if args.task_id else None)
+    console.print(f"[bold]{args.env}[/] task {info['task_id']}. Type your turn; /call NAME {{json args}} makes a tool call; /tools lists tools; /quit ends.")
+    done = False
+    while not done:
+        _show(console, observation)
+        try:
+            line = read("assistant> ").strip()
+        except EOFError:
+            line = "/quit"
+        if line == "/quit":
+            break
+        if line == "/tools":
+            for schema in env.unwrapped.tools:
+                console.print(json.dumps(schema["function"], indent=1))
+            observation = []
+            continue
+        if line.startswith("/call "):
+            name, _, raw = line[6:].strip().partition(" ")
+            try:
+                line = format_tool_call(name, json.loads(raw) if raw.strip() else {})
+            except json.JSONDecodeError as exc:
+                console.print(f"[red]arguments are not valid JSON: {exc.msg}[/]")
+                observation = []
+                continue
+        observation, reward, terminated, truncated, info = env.step(line)
+        done = terminated or truncated
+    if done:
+        _show(console, observation)
+        console.print(f"[bold]episode over[/]: reward {reward:.3f} — {info.get('reward_reason', '')}")
+    env.close()
+    return 0
+
+
+def _show(console: Any, messages: list[dict[str, Any]]) -> None:
+    from rich.text import Text
+
+    for message in messages:
+        label = message["role"] + (f":{message['name']}" if "name" in message else "")
+        console.print(Text.assemble((label, "bold cyan"), " ", message["content"]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

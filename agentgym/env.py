@@ -1,0 +1,304 @@
+"""The base class of every agentgym environment: a multi-turn tool-use episode as a ``gymnasium.Env``.
+
+One step is one assistant turn. The environment parses the tool calls out of the turn, validates
+their arguments against the tools' JSON Schemas, runs them, and observes the new chat messages
+(tool results, or the simulated user's reply when the turn called no tool). Malformed output from
+the model is ordinary input: it becomes an error message in the observation and a count in
+``info``, and the episode goes on.
+
+A subclass provides the task data, the tools (methods marked with :func:`agentgym.tools.tool`),
+the episode's opening messages, the user's replies, the end condition and the reward.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
+
+import gymnasium as gym
+
+from agentgym.parsing import ParsedAction, ToolCall, parse_action
+from agentgym.spaces import AssistantTurn, ChatMessages
+from agentgym.tools import Tool, ToolError, tools_of
+from agentgym.verifiers.result import RewardResult
+
+__all__ = ["Message", "ToolEnv", "SPLITS", "EpisodeOver"]
+
+Message = dict[str, Any]
+SPLITS = ("train", "val", "test")
+
+
+class EpisodeOver(gym.error.Error):
+    """Raised when ``step`` is called after the episode ended, or before the first ``reset``."""
+
+
+class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
+    """A deterministic multi-turn tool environment.
+
+    Subclasses set ``task_family`` (the folder under ``tasks/`` holding ``{split}.jsonl``) and
+    implement :meth:`setup_episode`, :meth:`is_done` and :meth:`compute_reward`; they may
+    override :meth:`respond` (the reply to a turn without tool calls) and :meth:`policies`.
+
+    Args:
+        split: which task split to draw from: ``train``, ``val`` or ``test``.
+        tasks: a path to a JSONL task file, or a list of task dicts, used instead of the split.
+        task_ids: restrict the episode pool to these task ids.
+        max_turns: assistant turns before the episode is truncated.
+        max_tool_calls: tool calls executed per turn; further calls in the same turn get an error.
+        render_mode: ``"ansi"`` (``render`` returns the last messages as text) or ``None``.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    task_family: ClassVar[str] = ""
+    default_max_turns: ClassVar[int] = 20
+
+    def __init__(
+        self,
+        *,
+        split: str = "train",
+        tasks: str | Path | Sequence[dict[str, Any]] | None = None,
+        task_ids: Sequence[str] | None = None,
+        max_turns: int | None = None,
+        max_tool_calls: int = 8,
+        render_mode: str | None = None,
+    ):
+        if split not in SPLITS:
+            raise ValueError(f"split must be one of {', '.join(SPLITS)}; got {split!r}")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None; got {render_mode!r}")
+        self.split = split
+        self.render_mode = render_mode
+        self.max_turns = self.default_max_turns if max_turns is None else int(max_turns)
+        if self.max_turns < 1:
+            raise ValueError(f"max_turns must be at least 1; got {max_turns}")
+        self.max_tool_calls = int(max_tool_calls)
+        all_tasks = self.load_tasks(tasks) if tasks is not None else self.load_split(split)
+        self.tasks = _select(all_tasks, task_ids)
+        self._task_index = {t["task_id"]: t for t in self.tasks}
+        self._tools: dict[str, Tool] = {t.name: t for t in tools_of(type(self))}
+        self.observation_space = ChatMessages()
+        self.action_space = AssistantTurn()
+        self.task: dict[str, Any] | None = None
+        self._over = True
+
+    # ----------------------------------------------------------------------- public API
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """OpenAI function schemas of the tools, in declaration order."""
+        return [t.schema for t in self._tools.values()]
+
+    @property
+    def task_ids(self) -> list[str]:
+        """Ids of the tasks this environment draws from."""
+        return [t["task_id"] for t in self.tasks]
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        """Start an episode: the task is ``options["task_id"]`` or drawn with the env's seeded RNG.
+
+        Returns:
+            The opening messages (system prompt, the user's first message) and ``info``.
+        """
+        super().reset(seed=seed)
+        options = options or {}
+        if "task_id" in options:
+            if options["task_id"] not in self._task_index:
+                raise ValueError(f"unknown task_id {options['task_id']!r} for this environment's {self.split!r} tasks")
+            task = self._task_index[options["task_id"]]
+        else:
+            task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        self.task = task
+        self._seed = seed
+        self._turn = 0
+        self.counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
+        self.turn_counts: list[dict[str, int]] = []
+        self._steps: list[dict[str, Any]] = []
+        self._result: RewardResult | None = None
+        self._over = False
+        self._terminated = self._truncated = False
+        opening = self.setup_episode(task)
+        self._messages: list[Message] = [dict(m) for m in opening]
+        self._last = opening
+        return [dict(m) for m in opening], self._info()
+
+    def step(self, action: Any):
+        """Play one assistant turn.
+
+        Returns:
+            ``(new_messages, reward, terminated, truncated, info)``. ``reward`` is the episode's
+            reward on its final step and 0 before; the final ``info`` explains it.
+        """
+        if self._over:
+            raise EpisodeOver("the episode is over (or never started): call reset() first")
+        self._turn += 1
+        parsed = parse_action(action, id_prefix=f"call_{self._turn}")
+        self._messages.append(_assistant_message(action, parsed))
+        turn_counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
+        observation = [self._error_message(f"invalid_{i}", e, turn_counts) for i, e in enumerate(parsed.errors)]
+        for index, call in enumerate(parsed.tool_calls):
+            if self.is_done():
+                observation.append(self._error_message(call.id, "not executed: the episode already ended", turn_counts, name=call.name, kind=None))
+            elif index >= self.max_tool_calls:
+                observation.append(self._error_message(call.id, f"not executed: at most {self.max_tool_calls} tool calls per turn", turn_counts, name=call.name))
+            else:
+                observation.append(self._run_tool(call, turn_counts))
+        if not parsed.tool_calls and not parsed.errors:
+            observation.extend(self.respond(parsed))
+        for key, n in turn_counts.items():
+            self.counts[key] += n
+        self.turn_counts.append(turn_counts)
+
+        terminated = self.is_done()
+        truncated = not terminated and self._turn >= self.max_turns
+        reward = 0.0
+        info = self._info() | {f"turn_{k}": n for k, n in turn_counts.items()}
+        if terminated or truncated:
+            self._over, self._terminated, self._truncated = True, terminated, truncated
+            self._result = self.compute_reward()
+            reward = float(self._result.score)
+            info |= {
+                "reward_components": dict(self._result.components),
+                "reward_reason": self._result.reason,
+                "success": bool(self._result.passed),
+            }
+        self._messages.extend(dict(m) for m in observation)
+        self._steps.append({"reward": reward, "info": info})
+        self._last = observation
+        return [dict(m) for m in observation], reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        """The last observation as plain text (``render_mode="ansi"``)."""
+        if self.render_mode != "ansi":
+            return None
+        return "\n".join(f"[{m['role']}{':' + m['name'] if 'name' in m else ''}] {m['content']}" for m in self._last)
+
+    def episode_record(self) -> dict[str, Any]:
+        """The episode so far as one JSON-ready dict (the rollout JSONL format)."""
+        if self.task is None:
+            raise EpisodeOver("no episode has started: call reset() first")
+        result = self._result
+        return {
+            "env_id": self.spec.id if self.spec is not None else type(self).__name__,
+            "env_version": self.spec.version if self.spec is not None else None,
+            "task_id": self.task["task_id"],
+            "split": self.task.get("split", self.split),
+            "seed": self._seed,
+            "messages": [dict(m) for m in self._messages],
+            "steps": [dict(s) for s in self._steps],
+            "reward": result.score if result else 0.0,
+            "reward_components": dict(result.components) if result else {},
+            "reward_reason": result.reason if result else "episode not finished",
+            "success": bool(result.passed) if result else False,
+            "turns": self._turn,
+            "terminated": self._terminated,
+            "truncated": self._truncated,
+        }
+
+    @classmethod
+    def policies(cls) -> dict[str, Callable[[int], Any]]:
+        """Scripted policies by name, each built from a seed. Subclasses add ``oracle`` and baselines."""
+        from agentgym.policies import DoNothingPolicy, RandomPolicy
+
+        return {"random": RandomPolicy, "do_nothing": DoNothingPolicy}
+
+    # ------------------------------------------------------------------ subclass hooks
+
+    def load_split(self, split: str) -> list[dict[str, Any]]:
+        """The bundled tasks of ``split``, from ``tasks/{task_family}/{split}.jsonl``."""
+        path = resources.files("agentgym.tasks") / self.task_family / f"{split}.jsonl"
+        with resources.as_file(path) as file:
+            return self.load_tasks(file)
+
+    def load_tasks(self, source: str | Path | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Tasks from a JSONL path or a list of dicts; each needs a unique ``task_id``."""
+        if isinstance(source, str | Path):
+            path = Path(source)
+            if not path.is_file():
+                raise FileNotFoundError(f"task file not found: {path}")
+            tasks = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        else:
+            tasks = [dict(t) for t in source]
+        if not tasks:
+            raise ValueError("the task set is empty")
+        ids = [t.get("task_id") for t in tasks]
+        if any(not isinstance(i, str) for i in ids) or len(set(ids)) != len(ids):
+            raise ValueError("every task needs a unique string 'task_id'")
+        return tasks
+
+    @abc.abstractmethod
+    def setup_episode(self, task: dict[str, Any]) -> list[Message]:
+        """Build the episode's state for ``task`` and return its opening messages."""
+
+    def respond(self, parsed: ParsedAction) -> list[Message]:
+        """Messages answering a turn that called no tool (by default, a nudge to use the tools)."""
+        return [{"role": "user", "content": "Please continue; use the tools to make progress."}]
+
+    @abc.abstractmethod
+    def is_done(self) -> bool:
+        """Whether the episode has reached its end state (checked after every tool call)."""
+
+    @abc.abstractmethod
+    def compute_reward(self) -> RewardResult:
+        """The episode's reward, computed from the final state when the episode ends."""
+
+    def extra_info(self) -> dict[str, Any]:
+        """Environment-specific entries added to every step's ``info``."""
+        return {}
+
+    # ------------------------------------------------------------------------ internals
+
+    def _run_tool(self, call: ToolCall, counts: dict[str, int]) -> Message:
+        tool = self._tools.get(call.name)
+        if tool is None:
+            known = ", ".join(self._tools)
+            return self._error_message(call.id, f"unknown tool {call.name!r}; available tools: {known}", counts, name=call.name)
+        problem = tool.validation_error(call.arguments)
+        if problem is not None:
+            return self._error_message(call.id, f"invalid arguments for {call.name}: {problem}", counts, name=call.name)
+        counts["tool_calls"] += 1
+        try:
+            result = tool.fn(self, **call.arguments)
+        except ToolError as exc:
+            return self._error_message(call.id, str(exc), counts, name=call.name, kind="tool_errors")
+        except Exception as exc:  # a tool bug must not end the episode; it is reported and counted
+            return self._error_message(call.id, f"{call.name} failed: {type(exc).__name__}: {exc}", counts, name=call.name, kind="tool_errors")
+        content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+        return {"role": "tool", "name": call.name, "tool_call_id": call.id, "content": content}
+
+    def _error_message(
+        self, call_id: str, text: str, counts: dict[str, int], *, name: str = "invalid_tool_call", kind: str | None = "format_errors"
+    ) -> Message:
+        if kind is not None:
+            counts[kind] += 1
+        return {"role": "tool", "name": name, "tool_call_id": call_id, "content": f"Error: {text}"}
+
+    def _info(self) -> dict[str, Any]:
+        assert self.task is not None
+        return {"task_id": self.task["task_id"], "turn": self._turn, **self.counts, **self.extra_info()}
+
+
+def _assistant_message(action: Any, parsed: ParsedAction) -> Message:
+    if isinstance(action, str):
+        return {"role": "assistant", "content": action}
+    if isinstance(action, dict):
+        message: Message = {"role": "assistant", "content": action.get("content") if isinstance(action.get("content"), str) else ""}
+        if parsed.tool_calls:
+            message["tool_calls"] = [c.to_openai() for c in parsed.tool_calls]
+        return message
+    return {"role": "assistant", "content": repr(action)}
+
+
+def _select(tasks: list[dict[str, Any]], task_ids: Sequence[str] | None) -> list[dict[str, Any]]:
+    if task_ids is None:
+        return tasks
+    by_id = {t["task_id"]: t for t in tasks}
+    unknown = [i for i in task_ids if i not in by_id]
+    if unknown:
+        raise ValueError(f"unknown task ids: {', '.join(map(str, unknown[:5]))}")
+    if not task_ids:
+        raise ValueError("task_ids is empty")
+    return [by_id[i] for i in task_ids]

@@ -1,0 +1,146 @@
+"""Reading tool calls out of an assistant turn.
+
+An action is either the model's raw text, with Hermes/Qwen-style blocks
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (several per turn allowed), or an
+OpenAI-style assistant message dict with ``tool_calls``. Malformed calls are normal model output:
+they are reported as errors next to the calls that did parse, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ParsedAction", "ToolCall", "parse_action", "format_tool_call"]
+
+TOOL_CALL_OPEN = "<tool_call>"
+TOOL_CALL_CLOSE = "</tool_call>"
+_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One well-formed call: a tool name, its JSON-object arguments and a call id."""
+
+    name: str
+    arguments: dict[str, Any]
+    id: str
+
+    def to_openai(self) -> dict[str, Any]:
+        """The call as an entry of an OpenAI assistant message's ``tool_calls``."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
+        }
+
+
+@dataclass(frozen=True)
+class ParsedAction:
+    """What an assistant turn contained.
+
+    Attributes:
+        content: the text outside tool-call blocks, stripped.
+        tool_calls: the calls that parsed, in order.
+        errors: one message per malformed call or malformed action.
+    """
+
+    content: str
+    tool_calls: tuple[ToolCall, ...]
+    errors: tuple[str, ...]
+
+
+def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
+    """Render a call in the text format this module parses (used by scripted policies)."""
+    payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False, sort_keys=True)
+    return f"{TOOL_CALL_OPEN}{payload}{TOOL_CALL_CLOSE}"
+
+
+def parse_action(action: Any, *, id_prefix: str = "call") -> ParsedAction:
+    """Parse an assistant turn given as text or as an OpenAI-style message dict.
+
+    Args:
+        action: the model's text, or ``{"role": "assistant", "content": ..., "tool_calls": [...]}``.
+        id_prefix: prefix for generated call ids (``{id_prefix}_{index}``); ids already present
+            in a dict action are kept.
+    """
+    if isinstance(action, str):
+        return _parse_text(action, id_prefix)
+    if isinstance(action, dict):
+        return _parse_message(action, id_prefix)
+    return ParsedAction("", (), (f"action must be a string or an assistant message dict, got {type(action).__name__}",))
+
+
+def _parse_text(text: str, id_prefix: str) -> ParsedAction:
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    for block in _BLOCK.findall(text):
+        call, error = _call_from_json(block, f"{id_prefix}_{len(calls) + len(errors)}")
+        if call is not None:
+            calls.append(call)
+        else:
+            errors.append(error)
+    outside = _BLOCK.sub("", text)
+    if TOOL_CALL_OPEN in outside:
+        errors.append("unterminated <tool_call> block: every <tool_call> needs a closing </tool_call>")
+    elif TOOL_CALL_CLOSE in outside:
+        errors.append("</tool_call> without a matching <tool_call>")
+    return ParsedAction(outside.strip(), tuple(calls), tuple(errors))
+
+
+def _call_from_json(raw: str, call_id: str) -> tuple[ToolCall | None, str]:
+    try:
+        obj = json.loads(raw)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nesting too deep"
+        return None, f"tool call is not valid JSON ({msg}): {_preview(raw)}"
+    if not isinstance(obj, dict):
+        return None, f'tool call must be a JSON object {{"name": ..., "arguments": {{...}}}}, got: {_preview(raw)}'
+    return _call_from_fields(obj.get("name"), obj.get("arguments", {}), call_id, raw)
+
+
+def _call_from_fields(name: Any, arguments: Any, call_id: str, raw: str) -> tuple[ToolCall | None, str]:
+    if not isinstance(name, str) or not name:
+        return None, f'tool call needs a string "name": {_preview(raw)}'
+    if isinstance(arguments, str):
+        # OpenAI messages carry arguments as a JSON string.
+        try:
+            arguments = json.loads(arguments) if arguments.strip() else {}
+        except (json.JSONDecodeError, RecursionError):
+            return None, f"arguments of {name!r} are not valid JSON: {_preview(arguments)}"
+    if not isinstance(arguments, dict):
+        return None, f'"arguments" of {name!r} must be a JSON object, got {type(arguments).__name__}'
+    return ToolCall(name=name, arguments=arguments, id=call_id), ""
+
+
+def _parse_message(message: dict[str, Any], id_prefix: str) -> ParsedAction:
+    if message.get("role", "assistant") != "assistant":
+        return ParsedAction("", (), (f"action message must have role 'assistant', got {message.get('role')!r}",))
+    content = message.get("content") or ""
+    if not isinstance(content, str):
+        return ParsedAction("", (), ("assistant message content must be a string or null",))
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        return ParsedAction(content.strip(), (), ("tool_calls must be a list",))
+    calls: list[ToolCall] = []
+    errors: list[str] = []
+    for index, entry in enumerate(raw_calls):
+        given_id = entry.get("id") if isinstance(entry, dict) else None
+        call_id = given_id if isinstance(given_id, str) and given_id else f"{id_prefix}_{index}"
+        function = entry.get("function") if isinstance(entry, dict) else None
+        if not isinstance(function, dict):
+            errors.append(f'tool_calls[{index}] needs a "function" object with "name" and "arguments"')
+            continue
+        call, error = _call_from_fields(function.get("name"), function.get("arguments", {}), call_id, repr(entry))
+        if call is not None:
+            calls.append(call)
+        else:
+            errors.append(error)
+    return ParsedAction(content.strip(), tuple(calls), tuple(errors))
+
+
+def _preview(raw: str, limit: int = 120) -> str:
+    raw = raw.strip()
+    return raw if len(raw) <= limit else raw[:limit] + "..."

@@ -1,0 +1,120 @@
+"""Running scripted policies through environments and recording the episodes.
+
+An episode record is one JSON line (see :meth:`agentgym.env.ToolEnv.episode_record`); the same
+environment, policy, seed and arguments always give byte-identical lines.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from agentgym.policies import Policy
+
+__all__ = ["make_policy", "rollout", "run_episode", "summarize", "read_jsonl", "write_jsonl", "to_json_line"]
+
+
+def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> dict[str, Any]:
+    """Play one episode of ``policy`` in ``env`` and return its record."""
+    options = {"task_id": task_id} if task_id is not None else None
+    observation, info = env.reset(seed=seed, options=options)
+    policy.reset(env.unwrapped, observation, info)
+    done = False
+    while not done:
+        observation, _, terminated, truncated, _ = env.step(policy.act(observation))
+        done = terminated or truncated
+    record = env.unwrapped.episode_record()
+    return {**record, "policy": policy_name} if policy_name else record
+
+
+def make_policy(env: gym.Env, name: str, seed: int) -> Policy:
+    """Build the scripted policy ``name`` that ``env`` offers (``oracle``, ``random``, ...)."""
+    factories: dict[str, Callable[[int], Policy]] = env.unwrapped.policies()
+    if name not in factories:
+        raise ValueError(f"unknown policy {name!r} for {env.spec.id if env.spec else env}; choose from: {', '.join(factories)}")
+    return factories[name](seed)
+
+
+def rollout(
+    env_id: str,
+    policy: str,
+    *,
+    episodes: int,
+    seed: int = 0,
+    split: str = "train",
+    env_kwargs: dict[str, Any] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Yield ``episodes`` episode records of a named scripted policy.
+
+    Tasks are visited in an order shuffled by ``seed`` (every task once before any repeats);
+    episode ``i`` is reset with seed ``seed + i`` and its policy is built with that seed too.
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be at least 1; got {episodes}")
+    env = gym.make(env_id, split=split, **(env_kwargs or {}))
+    try:
+        task_ids = env.unwrapped.task_ids
+        order = np.random.default_rng(seed).permutation(len(task_ids))
+        for i in range(episodes):
+            episode_seed = seed + i
+            agent = make_policy(env, policy, episode_seed)
+            task_id = task_ids[int(order[i % len(task_ids)])]
+            yield run_episode(env, agent, seed=episode_seed, task_id=task_id, policy_name=policy)
+    finally:
+        env.close()
+
+
+def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """Success rate, mean reward and turns, and error rates per turn over episode records."""
+    records = list(records)
+    if not records:
+        raise ValueError("no episodes to summarise")
+    turns = sum(r["turns"] for r in records)
+    last_info = [r["steps"][-1]["info"] if r["steps"] else {} for r in records]
+    summary = {
+        "episodes": len(records),
+        "success_rate": sum(bool(r["success"]) for r in records) / len(records),
+        "mean_reward": statistics.fmean(r["reward"] for r in records),
+        "mean_turns": turns / len(records),
+        "format_errors_per_turn": sum(i.get("format_errors", 0) for i in last_info) / max(turns, 1),
+        "tool_errors_per_turn": sum(i.get("tool_errors", 0) for i in last_info) / max(turns, 1),
+    }
+    lookups = sum(i.get("cache_hits", 0) + i.get("cache_misses", 0) for i in last_info)
+    if lookups:
+        summary["cache_hit_rate"] = sum(i.get("cache_hits", 0) for i in last_info) / lookups
+    return summary
+
+
+def to_json_line(record: dict[str, Any]) -> str:
+    """Serialise a record as one line of JSON (deterministic; UTF-8 kept as is)."""
+    return json.dumps(record, ensure_ascii=False, allow_nan=False)
+
+
+def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Write records to ``path`` (one per line) and return them."""
+    written = []
+    with open(path, "w", encoding="utf-8") as out:
+        for record in records:
+            out.write(to_json_line(record) + "\n")
+            written.append(record)
+    return written
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    """Read a JSONL file, with a clear error naming the first bad line."""
+    records = []
+    with open(path, encoding="utf-8") as src:
+        for number, line in enumerate(src, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+    return records
