@@ -50,7 +50,7 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser("rollout", help="run a scripted policy and write trajectories as JSONL")
     _env_arguments(p)
     p.add_argument("--policy", default="oracle", help="scripted policy: oracle, random, do_nothing, or one the env adds")
-    p.add_argument("--episodes", type=int, default=10, help="number of episodes (default 10)")
+    p.add_argument("--episodes", type=_positive_int, default=10, help="number of episodes (default 10)")
     p.add_argument("--out", required=True, help="output JSONL file")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=_rollout)
@@ -62,6 +62,16 @@ def _env_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     p.add_argument("--split", default="train", choices=["train", "val", "test"], help="task split (default train)")
     p.add_argument("--env-kwargs", type=_json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
 
 
 def _json_object(text: str) -> dict[str, Any]:

@@ -7,6 +7,7 @@ environment, policy, seed and arguments always give byte-identical lines.
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -97,12 +98,22 @@ def to_json_line(record: dict[str, Any]) -> str:
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Write records to ``path`` (one per line) and return them."""
+    """Write records to ``path`` (one per line) and return them.
+
+    The file appears only once complete (written beside it, then renamed), so a failure midway
+    never leaves a truncated file or destroys an existing one.
+    """
+    path = Path(path)
+    partial = path.with_name(f".{path.name}.partial")
     written = []
-    with open(path, "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(to_json_line(record) + "\n")
-            written.append(record)
+    try:
+        with open(partial, "w", encoding="utf-8") as out:
+            for record in records:
+                out.write(to_json_line(record) + "\n")
+                written.append(record)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return written
 
 

