@@ -184,6 +184,7 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
         return {
             "env_id": self.spec.id if self.spec is not None else type(self).__name__,
             "env_version": self.spec.version if self.spec is not None else None,
+            "env_kwargs": _replayable(self.spec.kwargs) if self.spec is not None else {},
             "task_id": self.task["task_id"],
             "split": self.task.get("split", self.split),
             "seed": self._seed,
@@ -201,9 +202,15 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
     @classmethod
     def policies(cls) -> dict[str, Callable[[int], Any]]:
         """Scripted policies by name, each built from a seed. Subclasses add ``oracle`` and baselines."""
-        from agentgym.policies import DoNothingPolicy, RandomPolicy
+        from agentgym import policies as p
 
-        return {"random": RandomPolicy, "do_nothing": DoNothingPolicy}
+        return {
+            "random": p.RandomPolicy,
+            "do_nothing": p.DoNothingPolicy,
+            "format_only": p.FormatOnlyPolicy,
+            "tool_spam": p.ToolSpamPolicy,
+            "answer_spam": p.AnswerSpamPolicy,
+        }
 
     # ------------------------------------------------------------------ subclass hooks
 
@@ -290,6 +297,19 @@ def _assistant_message(action: Any, parsed: ParsedAction) -> Message:
             message["tool_calls"] = [c.to_openai() for c in parsed.tool_calls]
         return message
     return {"role": "assistant", "content": repr(action)}
+
+
+def _replayable(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The make() kwargs that a record can carry to replay its episode (JSON values only)."""
+    out = {}
+    for key, value in kwargs.items():
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError):
+            continue
+        if key != "tasks" or isinstance(value, str):  # inline task lists would bloat every line
+            out[key] = value
+    return out
 
 
 def _select(tasks: list[dict[str, Any]], task_ids: Sequence[str] | None) -> list[dict[str, Any]]:

@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from agentgym.parsing import format_tool_call
 
-__all__ = ["Policy", "RandomPolicy", "DoNothingPolicy"]
+__all__ = ["AnswerSpamPolicy", "DoNothingPolicy", "FormatOnlyPolicy", "Policy", "RandomPolicy", "ReplayPolicy", "ToolSpamPolicy", "sample_arguments"]
 
 
 class Policy(Protocol):
@@ -23,6 +23,21 @@ class Policy(Protocol):
     def reset(self, env: Any, observation: list[dict[str, Any]], info: dict[str, Any]) -> None: ...
 
     def act(self, observation: list[dict[str, Any]]) -> Any: ...
+
+
+class ReplayPolicy:
+    """Plays back a fixed list of assistant turns, then answers with text only."""
+
+    def __init__(self, actions: list[Any]):
+        self._actions = list(actions)
+        self._next = 0
+
+    def reset(self, env: Any, observation: list[dict[str, Any]], info: dict[str, Any]) -> None:
+        self._next = 0
+
+    def act(self, observation: list[dict[str, Any]]) -> Any:
+        self._next += 1
+        return self._actions[self._next - 1] if self._next <= len(self._actions) else "I have nothing more to do."
 
 
 class DoNothingPolicy:
@@ -38,13 +53,38 @@ class DoNothingPolicy:
         return "I understand. Let me look into that for you."
 
 
-class RandomPolicy:
-    """Random, mostly malformed turns: bad JSON, unknown tools, schema-violating arguments,
-    unterminated blocks, plain text, and now and then a well-formed call with random arguments.
+def sample_arguments(parameters: dict[str, Any], rng: random.Random, *, wrong_type_rate: float = 0.0, drop_rate: float = 0.0) -> dict[str, Any]:
+    """Random arguments for a tool's JSON Schema; valid unless ``wrong_type_rate``/``drop_rate`` say otherwise."""
+    props = parameters.get("properties", {})
+    required = set(parameters.get("required", []))
+    return {
+        name: _sample_value(schema, rng, wrong_type_rate)
+        for name, schema in props.items()
+        if rng.random() >= drop_rate and (name in required or rng.random() < 0.5)
+    }
 
-    It is both a baseline (it should score near the floor) and a fuzzer for the parsing and
-    validation paths. Seeded: the same seed gives the same turns.
-    """
+
+def _sample_value(schema: dict[str, Any], rng: random.Random, wrong_type_rate: float) -> Any:
+    if rng.random() < wrong_type_rate:
+        return rng.choice([None, 3.5, ["x"], {"a": 1}, "text"])
+    if "enum" in schema:
+        return rng.choice(schema["enum"])
+    kind = schema.get("type")
+    if kind == "integer":
+        return rng.randrange(0, 100)
+    if kind == "number":
+        return round(rng.uniform(0.01, 500), 2)
+    if kind == "boolean":
+        return rng.random() < 0.5
+    if kind == "array":
+        return [_sample_value(schema.get("items", {}), rng, wrong_type_rate) for _ in range(rng.randrange(1, 3))]
+    if kind == "object":
+        return {}
+    return "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(rng.randrange(1, 12)))
+
+
+class _SchemaPolicy:
+    """Base of the policies that only look at the tool schemas."""
 
     def __init__(self, seed: int = 0):
         self._rng = random.Random(seed)
@@ -53,49 +93,59 @@ class RandomPolicy:
     def reset(self, env: Any, observation: list[dict[str, Any]], info: dict[str, Any]) -> None:
         self._tools = [t["function"] for t in env.tools]
 
+    def _valid_call(self, spec: dict[str, Any] | None = None) -> str:
+        spec = spec or self._rng.choice(self._tools)
+        return format_tool_call(spec["name"], sample_arguments(spec["parameters"], self._rng))
+
+
+class RandomPolicy(_SchemaPolicy):
+    """Random, mostly malformed turns: bad JSON, unknown tools, schema-violating arguments,
+    unterminated blocks, plain text, and now and then a well-formed call with random arguments.
+
+    It is both a baseline (it should score near the floor) and a fuzzer for the parsing and
+    validation paths. Seeded: the same seed gives the same turns.
+    """
+
     def act(self, observation: list[dict[str, Any]]) -> str:
         rng = self._rng
         kind = rng.randrange(7)
         if kind == 0 or not self._tools:
             return self._text(rng.randrange(1, 80))
+        name = rng.choice(self._tools)["name"]
         if kind == 1:
-            return f"<tool_call>{{\"name\": \"{self._tool()['name']}\", \"arguments\": {{{self._text(10)}</tool_call>"
+            return f'<tool_call>{{"name": "{name}", "arguments": {{{self._text(10)}</tool_call>'
         if kind == 2:
             return format_tool_call("tool_" + self._text(6, string.ascii_lowercase), {})
         if kind == 3:
-            return f"<tool_call>{json.dumps({'name': self._tool()['name'], 'arguments': {}})}"
+            return f"<tool_call>{json.dumps({'name': name, 'arguments': {}})}"
         if kind == 4:
             return "</tool_call>" + self._text(20)
-        calls = [self._call() for _ in range(1 if kind == 5 else rng.randrange(2, 4))]
+        calls = []
+        for _ in range(1 if kind == 5 else rng.randrange(2, 4)):
+            spec = rng.choice(self._tools)
+            calls.append(format_tool_call(spec["name"], sample_arguments(spec["parameters"], rng, wrong_type_rate=0.1, drop_rate=0.15)))
         return "\n".join(calls)
-
-    def _tool(self) -> dict[str, Any]:
-        return self._rng.choice(self._tools)
-
-    def _call(self) -> str:
-        spec = self._tool()
-        props = spec["parameters"].get("properties", {})
-        args = {name: self._value(schema) for name, schema in props.items() if self._rng.random() < 0.85}
-        return format_tool_call(spec["name"], args)
-
-    def _value(self, schema: dict[str, Any]) -> Any:
-        rng = self._rng
-        if rng.random() < 0.1:  # wrong type on purpose
-            return rng.choice([None, 3.5, ["x"], {"a": 1}, "text"])
-        if "enum" in schema:
-            return rng.choice(schema["enum"])
-        kind = schema.get("type")
-        if kind == "integer":
-            return rng.randrange(-5, 100)
-        if kind == "number":
-            return round(rng.uniform(-10, 500), 2)
-        if kind == "boolean":
-            return rng.random() < 0.5
-        if kind == "array":
-            return [self._value(schema.get("items", {})) for _ in range(rng.randrange(0, 3))]
-        if kind == "object":
-            return {}
-        return self._text(rng.randrange(1, 12))
 
     def _text(self, n: int, alphabet: str = string.ascii_letters + string.digits + " .,{}\"") -> str:
         return "".join(self._rng.choice(alphabet) for _ in range(n))
+
+
+class FormatOnlyPolicy(_SchemaPolicy):
+    """Perfectly formatted, schema-valid calls to random tools: farms format points, solves nothing."""
+
+    def act(self, observation: list[dict[str, Any]]) -> str:
+        return self._valid_call()
+
+
+class ToolSpamPolicy(_SchemaPolicy):
+    """The same valid call many times per turn: probes duplicate-call and tool-count shaping."""
+
+    def act(self, observation: list[dict[str, Any]]) -> str:
+        return "\n".join([self._valid_call(self._tools[0])] * 8)
+
+
+class AnswerSpamPolicy(_SchemaPolicy):
+    """Every tool with many different valid argument sets in one turn: tries to hit the answer by volume."""
+
+    def act(self, observation: list[dict[str, Any]]) -> str:
+        return "\n".join(self._valid_call(spec) for spec in self._tools for _ in range(3))

@@ -16,9 +16,9 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from agentgym.policies import Policy
+from agentgym.policies import Policy, ReplayPolicy
 
-__all__ = ["make_policy", "rollout", "run_episode", "summarize", "read_jsonl", "write_jsonl", "to_json_line"]
+__all__ = ["assistant_turns", "make_policy", "replay", "rollout", "run_episode", "summarize", "read_jsonl", "write_jsonl", "to_json_line"]
 
 
 def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> dict[str, Any]:
@@ -32,6 +32,17 @@ def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_i
         done = terminated or truncated
     record = env.unwrapped.episode_record()
     return {**record, "policy": policy_name} if policy_name else record
+
+
+def assistant_turns(record: dict[str, Any]) -> list[Any]:
+    """The assistant turns of an episode record, as actions that replay it."""
+    return [m if "tool_calls" in m else m["content"] for m in record["messages"] if m["role"] == "assistant"]
+
+
+def replay(env: gym.Env, record: dict[str, Any], actions: list[Any] | None = None) -> dict[str, Any]:
+    """Replay ``actions`` (default: the record's own turns) on the record's task and seed."""
+    turns = assistant_turns(record) if actions is None else actions
+    return run_episode(env, ReplayPolicy(turns), seed=record["seed"], task_id=record["task_id"], policy_name=record.get("policy", ""))
 
 
 def make_policy(env: gym.Env, name: str, seed: int) -> Policy:

@@ -18,7 +18,7 @@ from typing import Any
 from agentgym.envs.knowledge.names import slugify
 from agentgym.envs.knowledge.world import World
 
-__all__ = ["ENTITY_TABLES", "doc_id_of", "render_articles"]
+__all__ = ["ENTITY_TABLES", "display_value", "doc_id_of", "render_articles"]
 
 # table -> the column holding the entity's display name
 ENTITY_TABLES: dict[str, str] = {
@@ -30,6 +30,7 @@ ENTITY_TABLES: dict[str, str] = {
     "works": "title",
     "awards": "name",
 }
+_YEAR_COLUMNS = frozenset({"founded_year", "birth_year", "year", "established_year"})
 _LIST_LIMIT = 6
 _VERB = {"film": ("directed by", "produced by"), "novel": ("written by", "published by"), "album": ("recorded by", "released by")}
 _PLURAL = {"film": "films", "novel": "novels", "album": "albums"}
@@ -38,6 +39,13 @@ _PLURAL = {"film": "films", "novel": "novels", "album": "albums"}
 def doc_id_of(world: World, table: str, row_id: int) -> str:
     """The document id of an entity: the slug of its name (names are unique in the world)."""
     return slugify(world.get(table, row_id)[ENTITY_TABLES[table]])
+
+
+def display_value(column: str, value: Any) -> str:
+    """How an article writes a column's value: years plain, other numbers with thousands separators."""
+    if isinstance(value, int | float) and column not in _YEAR_COLUMNS:
+        return f"{value:,}"
+    return str(value)
 
 
 def render_articles(world: World) -> list[dict[str, Any]]:

@@ -273,6 +273,8 @@ class RefundEnv(ToolEnv):
             problems.append(f"refunded items {got_items or 'none'}, expected {want_items or 'none'}")
         elif refund and got_amount != money(refund["amount"]):
             problems.append(f"refunded {got_amount}, expected {money(refund['amount'])}")
+        if len(self.new_refunds) > 1:
+            problems.append(f"refund split over {len(self.new_refunds)} process_refund calls; the policy asks for one")
         if refund and any(r["payment_method_id"] != refund["payment_method_id"] for r in self.new_refunds):
             problems.append("refund sent to a payment method other than the original one")
         if any(r["order_id"] != expected["order_id"] for r in self.new_refunds):

@@ -1,0 +1,131 @@
+"""The interface every policy backend implements: token ids in, sampled token ids and logprobs out.
+
+Backends never see chat messages. The caller renders the conversation to token ids (see
+:mod:`agentgym.models.chat`) and keeps the sampled ids verbatim, so nothing is re-tokenised between
+turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+FinishReason = Literal["stop", "length"]
+
+
+class BackendError(RuntimeError):
+    """A backend could not produce a generation (bad request, server error, missing optional package)."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one completion.
+
+    Attributes:
+        temperature: 0 means greedy decoding; otherwise logits are divided by it before sampling.
+        top_p: nucleus sampling mass in (0, 1]; 1 disables it.
+        max_new_tokens: hard cap on sampled tokens for this completion.
+        seed: seed of the completion's own random generator; the same prompt, parameters and seed
+            give the same tokens on the same backend and hardware.
+        stop: strings that end the completion; the tokens that complete one are kept in the output.
+        stop_token_ids: token ids that end the completion (kept in the output), in addition to the
+            model's end-of-sequence ids.
+    """
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if isinstance(self.stop, str):
+            raise ValueError("stop must be a tuple of strings, not a single string")
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled completion.
+
+    Attributes:
+        token_ids: the exact sampled token ids, including the stop token when one ended the completion.
+        logprobs: per sampled token, its log-probability under the distribution it was drawn from
+            (logits / temperature, renormalised over the top-p nucleus; the raw distribution for greedy).
+            Server backends report whatever the server computes (vLLM: start it with
+            ``--logprobs-mode processed_logprobs`` to get the same quantity).
+        text: ``token_ids`` decoded with special tokens removed: what the environment should read.
+        finish_reason: ``"stop"`` (a stop token or stop string) or ``"length"`` (``max_new_tokens``).
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    text: str
+    finish_reason: FinishReason
+
+    def __post_init__(self) -> None:
+        if len(self.token_ids) != len(self.logprobs):
+            raise ValueError(f"{len(self.token_ids)} token ids but {len(self.logprobs)} logprobs")
+
+
+@runtime_checkable
+class GenerationBackend(Protocol):
+    """A policy that samples continuations of token-id prompts.
+
+    Attributes:
+        tokenizer: the model's tokenizer; callers use it to render chat templates.
+        name: a short description of the policy for episode records (e.g. ``"hf:smollm2-135m-instruct"``).
+    """
+
+    tokenizer: PreTrainedTokenizerBase
+    name: str
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[Generation]:
+        """Sample one completion per prompt; ``params`` is shared or given per prompt."""
+        ...
+
+
+def per_prompt_params(
+    prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], vocab_size: int
+) -> list[SamplingParams]:
+    """Validate a generate() call and return one :class:`SamplingParams` per prompt."""
+    if isinstance(params, SamplingParams):
+        expanded = [params] * len(prompts)
+    else:
+        expanded = list(params)
+        if len(expanded) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(expanded)} sampling params")
+    for i, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise ValueError(f"prompt {i} is empty")
+        bad = [t for t in prompt if not 0 <= t < vocab_size]
+        if bad:
+            raise ValueError(f"prompt {i} has token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
+    return expanded
+
+
+def stop_token_set(tokenizer: PreTrainedTokenizerBase, extra: Sequence[int] = ()) -> frozenset[int]:
+    """The tokenizer's end-of-sequence id plus ``extra``."""
+    ids = set(extra)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return frozenset(ids)
+
+
+def decode_visible(tokenizer: PreTrainedTokenizerBase, token_ids: Sequence[int]) -> str:
+    """Text of ``token_ids`` with special tokens removed and spacing left exactly as sampled."""
+    return tokenizer.decode(list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)

@@ -1,0 +1,252 @@
+"""Render chat conversations to token ids through a model's chat template.
+
+:class:`ChatRenderer` wraps a tokenizer and inspects its chat template once:
+
+* whether the template renders ``tools=`` itself; if not, the tool schemas go into the system prompt
+  with Hermes-style ``<tool_call>`` instructions (the format :mod:`agentgym.parsing` reads);
+* whether it renders ``tool``-role messages; if not, tool results are sent as user messages wrapped in
+  ``<tool_response>`` tags so they are not silently dropped;
+* the end-of-turn token that closes an assistant message, which must be a special token so text after
+  it tokenises the same alone as in context.
+
+It renders to text and tokenises with ``add_special_tokens=False``, which is what
+``apply_chat_template(tokenize=True)`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+Message = dict[str, Any]
+ToolMode = Literal["auto", "template", "system_prompt"]
+
+ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+_PROBE_USER = "agentgym-probe-user"
+_PROBE_ASSISTANT = "agentgym-probe-assistant"
+_PROBE_TOOL = "agentgym-probe-tool-output"
+_PROBE_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "agentgym_probe_tool",
+        "description": "probe",
+        "parameters": {"type": "object", "properties": {}},
+    },
+}
+
+
+class TemplateError(ValueError):
+    """The chat template cannot render the conversation token-exactly (the message says why)."""
+
+
+def normalize_tool_schema(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """Return ``tool`` in the OpenAI ``{"type": "function", "function": {...}}`` form.
+
+    Accepts that form or a bare ``{"name", "description", "parameters"}`` function schema.
+    """
+    function = tool.get("function", tool) if tool.get("type", "function") == "function" else None
+    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        raise ValueError(f"not a function tool schema: {dict(tool)!r}")
+    return {"type": "function", "function": dict(function)}
+
+
+def tool_system_prompt(tools: Sequence[Mapping[str, Any]]) -> str:
+    """Hermes-style instructions describing ``tools`` for templates that cannot render them."""
+    lines = "\n".join(json.dumps(normalize_tool_schema(t), ensure_ascii=False) for t in tools)
+    return (
+        "# Tools\n\n"
+        "You may call one or more of the functions below. Each is described by a JSON schema, one per line, "
+        "inside <tools></tools>:\n"
+        f"<tools>\n{lines}\n</tools>\n\n"
+        "To call a function, write a JSON object with its name and arguments between <tool_call> and "
+        "</tool_call> tags:\n"
+        '<tool_call>\n{"name": "<function name>", "arguments": {"<argument>": "<value>"}}\n</tool_call>\n'
+        "The results come back in the next message."
+    )
+
+
+def validate_messages(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
+    """Check that ``messages`` are chat messages with a known role and string content; return copies."""
+    out: list[Message] = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ValueError(f"message {i} is not a mapping: {message!r}")
+        role = message.get("role")
+        if role not in ROLES:
+            raise ValueError(f"message {i} has role {role!r}; expected one of {sorted(ROLES)}")
+        if not isinstance(message.get("content"), str):
+            raise ValueError(f"message {i} ({role}) needs string content, got {type(message.get('content')).__name__}")
+        out.append(dict(message))
+    return out
+
+
+class ChatRenderer:
+    """Renders conversations for one tokenizer, chat template and tool set.
+
+    Args:
+        tokenizer: a tokenizer with a chat template (or pass ``chat_template``).
+        tools: tool schemas (OpenAI function form or bare function schemas).
+        tool_mode: ``"template"`` passes ``tools=`` to the template, ``"system_prompt"`` describes the tools
+            in the system message, ``"auto"`` picks ``"template"`` when the template renders tools.
+        template_kwargs: extra variables for the template (e.g. ``{"enable_thinking": False}``).
+        chat_template: a Jinja template overriding the tokenizer's own.
+    """
+
+    def __init__(
+        self,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        tools: Sequence[Mapping[str, Any]] = (),
+        tool_mode: ToolMode = "auto",
+        template_kwargs: Mapping[str, Any] | None = None,
+        chat_template: str | None = None,
+    ) -> None:
+        if chat_template is None and not getattr(tokenizer, "chat_template", None):
+            raise TemplateError("the tokenizer has no chat template; pass chat_template=...")
+        if tool_mode not in ("auto", "template", "system_prompt"):
+            raise ValueError(f"tool_mode must be 'auto', 'template' or 'system_prompt', got {tool_mode!r}")
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.template_kwargs = dict(template_kwargs or {})
+        self.tools = [normalize_tool_schema(t) for t in tools]
+        supports_tools = self._renders_tools()
+        if tool_mode == "template" and not supports_tools:
+            raise TemplateError("tool_mode='template' but the chat template ignores tools=")
+        self.tools_in_template = bool(self.tools) and tool_mode != "system_prompt" and supports_tools
+        self.tool_role_supported = self._renders_tool_role()
+        self.eot_token_id, self.eot_text, self.after_eot_text = self._probe_end_of_turn()
+
+    # -- template probing -------------------------------------------------------------------------
+
+    def _apply(self, messages: Sequence[Message], add_generation_prompt: bool, tools: list[dict] | None) -> str:
+        kwargs = dict(self.template_kwargs)
+        if tools:
+            kwargs["tools"] = tools
+        text = self.tokenizer.apply_chat_template(
+            list(messages),
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            chat_template=self.chat_template,
+            **kwargs,
+        )
+        if not isinstance(text, str):
+            raise TemplateError(f"chat template returned {type(text).__name__}, expected text")
+        return text
+
+    def _renders_tools(self) -> bool:
+        probe = [{"role": "user", "content": _PROBE_USER}]
+        try:
+            return self._apply(probe, True, [_PROBE_SCHEMA]) != self._apply(probe, True, None)
+        except Exception:  # noqa: BLE001 - a template that fails on tools= does not support them
+            return False
+
+    def _renders_tool_role(self) -> bool:
+        probe = [
+            {"role": "user", "content": _PROBE_USER},
+            {"role": "assistant", "content": _PROBE_ASSISTANT},
+            {"role": "tool", "content": _PROBE_TOOL, "name": "agentgym_probe_tool", "tool_call_id": "probe"},
+        ]
+        try:
+            return _PROBE_TOOL in self._apply(probe, True, self._template_tools())
+        except Exception:  # noqa: BLE001 - templates reject unknown roles in many different ways
+            return False
+
+    def _probe_end_of_turn(self) -> tuple[int, str, str]:
+        probe = [{"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ASSISTANT}]
+        try:
+            text = self._apply(probe, False, self._template_tools())
+        except Exception as exc:  # noqa: BLE001
+            raise TemplateError(f"the chat template cannot render a user/assistant exchange: {exc}") from None
+        at = text.rfind(_PROBE_ASSISTANT)
+        if at < 0:
+            raise TemplateError("the chat template drops assistant message content")
+        tail = text[at + len(_PROBE_ASSISTANT) :]
+        ids = self.encode(tail)
+        special = set(self.tokenizer.all_special_ids) | set(self.tokenizer.get_added_vocab().values())
+        if not ids or ids[0] not in special:
+            raise TemplateError(
+                f"the chat template does not close assistant turns with a special token (text after the "
+                f"content: {tail[:40]!r}); token-exact turn boundaries need one"
+            )
+        eot_text = self.tokenizer.decode([ids[0]], skip_special_tokens=False)
+        if not tail.startswith(eot_text):
+            raise TemplateError(f"end-of-turn token {eot_text!r} does not round-trip through the tokenizer")
+        return ids[0], eot_text, tail[len(eot_text) :]
+
+    # -- rendering --------------------------------------------------------------------------------
+
+    def _template_tools(self) -> list[dict] | None:
+        return self.tools if self.tools_in_template else None
+
+    def prepare(self, messages: Sequence[Mapping[str, Any]]) -> list[Message]:
+        """Validate an opening conversation and add the tool description to its system message if needed."""
+        prepared = validate_messages(messages)
+        if self.tools and not self.tools_in_template:
+            block = tool_system_prompt(self.tools)
+            if prepared and prepared[0]["role"] == "system":
+                prepared[0]["content"] = f"{prepared[0]['content']}\n\n{block}"
+            else:
+                prepared.insert(0, {"role": "system", "content": block})
+        return prepared
+
+    def _template_messages(self, messages: Sequence[Message]) -> list[Message]:
+        if self.tool_role_supported:
+            return list(messages)
+        return [
+            {"role": "user", "content": f"<tool_response>\n{m['content']}\n</tool_response>"}
+            if m["role"] == "tool"
+            else m
+            for m in messages
+        ]
+
+    def render_text(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
+        """The template's text for ``messages`` (already prepared)."""
+        try:
+            return self._apply(self._template_messages(messages), add_generation_prompt, self._template_tools())
+        except TemplateError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - jinja raises many exception types for bad conversations
+            raise TemplateError(f"the chat template cannot render this conversation: {exc}") from None
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` without added BOS/EOS (templates write those themselves)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def encode_after_eot(self, text: str) -> list[int]:
+        """Token ids of ``text`` as it tokenises right after the end-of-turn token.
+
+        Encoding it behind the end-of-turn text (and dropping that token) keeps tokenizers that add a
+        prefix space at the start of a string from doing so here.
+        """
+        ids = self.encode(self.eot_text + text)
+        if not ids or ids[0] != self.eot_token_id:
+            raise TemplateError(f"text after the end-of-turn token merges with it: {text[:40]!r}")
+        return ids[1:]
+
+    def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
+        """Token ids of an opening conversation followed by the assistant generation prompt."""
+        return self.encode(self.render_text(self.prepare(messages), add_generation_prompt=True))
+
+    def isolated_delta(self, new_messages: Sequence[Message]) -> str:
+        """Text that follows an assistant end-of-turn token when ``new_messages`` come next.
+
+        Rendered against a fixed neutral conversation: the fallback for templates whose rendering of
+        the real conversation is not prefix-stable.
+        """
+        base = [
+            {"role": "system", "content": _PROBE_USER},
+            {"role": "user", "content": _PROBE_USER},
+            {"role": "assistant", "content": _PROBE_ASSISTANT},
+        ]
+        base_text = self.render_text(base, add_generation_prompt=False)
+        full = self.render_text([*base, *new_messages], add_generation_prompt=True)
+        anchor = _PROBE_ASSISTANT + self.eot_text
+        at = base_text.rfind(anchor)
+        if at < 0 or not full.startswith(base_text):
+            raise TemplateError("the chat template is not prefix-stable even for a neutral conversation")
+        return base_text[at + len(anchor) :] + full[len(base_text) :]

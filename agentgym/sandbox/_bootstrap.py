@@ -1,0 +1,171 @@
+"""The first code that runs inside a sandbox: read the request, lay out its files, run it like ``python -c``.
+
+A request arrives on standard input as ``b"<length>\\n"`` followed by that many bytes of JSON:
+``{"code": str, "files": {relative path: base64}, "isolated": bool}``. Whatever follows the
+request on standard input is the program's own input, so the same stream serves one-shot runs
+(the host writes the input and closes) and interactive ones (the host keeps talking).
+
+Both backends use this module: the local fork server calls :func:`execute` in a forked child of
+its warm interpreter (after dropping privileges), and the Docker backend ships this file's source
+to ``python -I -c``. It is therefore stdlib-only and self-contained.
+"""
+
+from __future__ import annotations
+
+import atexit
+import base64
+import builtins
+import io
+import json
+import os
+import sys
+import threading
+import traceback
+import types
+from typing import Any, NoReturn
+
+WORKSPACE = "/workspace"
+MAX_REQUEST_BYTES = 1 << 30
+SETUP_FAILED = 125  # exit status of a sandbox whose request could not be set up
+SANDBOX_ENV = {"HOME": WORKSPACE, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "USER": "sandbox"}
+
+
+class RequestError(Exception):
+    """The request on standard input is malformed (a host-side bug, never the submitted code)."""
+
+
+def read_request(fd: int = 0) -> dict[str, Any]:
+    """Read one length-prefixed JSON request from ``fd`` without reading past its end."""
+    digits = b""
+    while not digits.endswith(b"\n"):
+        byte = os.read(fd, 1)
+        if not byte or len(digits) > 20:
+            raise RequestError("request length prefix missing or malformed")
+        digits += byte
+    try:
+        size = int(digits)
+    except ValueError:
+        raise RequestError("request length prefix is not a number") from None
+    if not 0 <= size <= MAX_REQUEST_BYTES:
+        raise RequestError(f"request of {size} bytes is out of range")
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            raise RequestError("standard input ended inside the request")
+        chunks.append(chunk)
+        left -= len(chunk)
+    request = json.loads(b"".join(chunks))
+    if not isinstance(request, dict) or not isinstance(request.get("code"), str):
+        raise RequestError("request must be a JSON object with a string 'code'")
+    return request
+
+
+def write_files(files: dict[str, str], root: str = WORKSPACE) -> None:
+    """Write base64-encoded files under ``root``, replacing whatever (link, file) had the name."""
+    for relative, encoded in files.items():
+        path = os.path.join(root, relative)
+        parent = os.path.dirname(path)
+        os.makedirs(parent, exist_ok=True)
+        if os.path.lexists(path) and not os.path.isdir(path):
+            os.unlink(path)  # a link left by earlier code must not redirect the write
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with open(fd, "wb") as handle:
+            handle.write(base64.b64decode(encoded))
+
+
+def prepare(request: dict[str, Any]) -> None:
+    """Make this process look like ``python -c`` started in the workspace, with the request's files."""
+    os.chdir(WORKSPACE)
+    write_files(request.get("files") or {})
+    os.environ.clear()
+    os.environ.update(SANDBOX_ENV, PATH=os.path.dirname(sys.executable))
+    sys.argv = ["-c"]
+    # Like `python -c`, the working directory leads sys.path; isolated runs (`-I`) leave it out so
+    # files in the workspace cannot shadow modules.
+    base = [p for p in sys.path if p not in ("", WORKSPACE)]
+    sys.path[:] = base if request.get("isolated") else ["", *base]
+    _fresh_standard_streams()
+
+
+def execute(code: str) -> NoReturn:
+    """Run ``code`` as ``__main__`` and exit with its status: 0, the ``SystemExit`` code, or 1
+    after an uncaught exception (whose traceback goes to standard error, as Python prints it)."""
+    os._exit(_run(code) & 0xFF)
+
+
+def _fresh_standard_streams() -> None:
+    # New stream objects over fds 0-2: nothing buffered by the parent process can leak in.
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(
+        io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape"
+    )
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape"
+    )
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True
+    )
+
+
+def _run(code: str) -> int:
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    try:
+        exec(compile(code, "<string>", "exec"), main.__dict__)
+        status = 0
+    except SystemExit as exc:
+        status = _exit_status(exc)
+    except BaseException as exc:  # the interpreter's own behaviour: print the traceback, exit 1
+        _print_exception(exc)
+        status = 1
+    return _finish(status)
+
+
+def _finish(status: int) -> int:
+    # What interpreter shutdown does before exiting: join non-daemon threads, run atexit
+    # handlers, flush the streams. A SystemExit raised from any of them is ignored, as CPython does.
+    for step in (threading._shutdown, atexit._run_exitfuncs):  # type: ignore[attr-defined]
+        try:
+            step()
+        except BaseException as exc:  # noqa: BLE001 - reported like CPython, never fatal here
+            if not isinstance(exc, SystemExit):
+                _print_exception(exc)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:  # noqa: BLE001 - a closed or broken stream loses its output
+            status = status or 120  # CPython's status when flushing stdout fails at exit
+    return status
+
+
+def _exit_status(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    try:
+        print(exc.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - an unprintable exit message still means status 1
+        pass
+    return 1
+
+
+def _print_exception(exc: BaseException) -> None:
+    # Drop this module's frame so the traceback starts at the submitted code, as `python -c` does.
+    tb = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    try:
+        traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - a hostile __str__ must not hide the exit status
+        pass
+
+
+def main() -> NoReturn:
+    """Entry point of the Docker backend: limits and user come from the container's settings."""
+    try:
+        request = read_request(0)
+        prepare(request)
+    except (RequestError, ValueError, OSError) as exc:
+        print(f"agentgym sandbox: setup failed: {exc}", file=sys.stderr)
+        os._exit(SETUP_FAILED)
+    execute(request["code"])

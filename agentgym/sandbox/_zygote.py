@@ -1,0 +1,494 @@
+"""Fork server of the local backend: a warm, clean interpreter that forks one sandbox per run.
+
+Started by :mod:`agentgym.sandbox.local` as
+``python -S -s -P -B -X utf8 _zygote.py CONFIG_JSON`` with its control socket on ``config["control_fd"]``.
+It is a separate, freshly executed interpreter on purpose: forked sandboxes inherit its memory,
+which therefore never holds anything the host knows (hidden tests, other episodes' code). Only
+run requests (limits, ids) cross the control socket; code, files and input go straight from the
+host to the sandbox over pipes the fork server never reads.
+
+Process tree (host pids on the left)::
+
+    launcher  (root)  builds the mount view, enters a user namespace, forks:
+      server  (pid 1 of its own pid namespace, root of the user namespace only)
+        init  (pid 1 of a new pid namespace per run; new mount/net/ipc/uts namespaces)
+          code (its own user namespace, uid 1000, no capabilities, rlimits) runs the request
+
+Killing a run's init tears down its pid namespace, so nothing it started survives. When the
+host closes the control socket the server exits, which tears down every sandbox at once.
+
+Stdlib only: it runs before and after the host's filesystem disappears from its view.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import importlib.util
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, NoReturn
+
+SANDBOX_UID = 1000  # the uid code runs as, inside its own user namespace
+WORKSPACES = "/.ws"  # where the server mounts episode workspaces (hidden from runs)
+DEVICES = ("null", "zero", "full", "random", "urandom")
+MAX_MESSAGE = 1 << 16
+
+
+def _load_sibling(name: str) -> ModuleType:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"agentgym_sandbox_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+linux = _load_sibling("_linux")
+bootstrap = _load_sibling("_bootstrap")
+
+
+def send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.send(json.dumps(message).encode())
+
+
+def receive(sock: socket.socket) -> dict[str, Any] | None:
+    data = sock.recv(MAX_MESSAGE)
+    return json.loads(data) if data else None
+
+
+# ---------------------------------------------------------------------------------- launcher
+
+
+def main() -> NoReturn:
+    config = json.loads(sys.argv[1])
+    control = socket.socket(fileno=config["control_fd"])
+    for name in config["warm_imports"]:
+        importlib.import_module(name)
+    _add_exit_builtins()
+    _build_view(config)
+    linux.unshare(linux.CLONE_NEWUSER)
+    send(control, {"event": "userns"})  # the host writes our uid/gid maps, then says go
+    if receive(control) != {"op": "go"}:
+        os._exit(1)
+    os.setresgid(0, 0, 0)
+    os.setgroups([])
+    os.setresuid(0, 0, 0)
+    # A mount namespace owned by the new user namespace (the view's mounts stay locked
+    # read-only in it) lets the server and each run mount their own proc, tmp and workspace.
+    linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWPID)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            Server(control, config).serve()
+        finally:
+            os._exit(1)
+    control.close()
+    _, status = os.waitpid(pid, 0)
+    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+
+
+def _add_exit_builtins() -> None:
+    # Started with -S for speed; restore the exit()/quit() builtins `python -c` code expects.
+    import site
+
+    site.setquit()
+    site.setcopyright()
+    site.sethelper()
+
+
+def _build_view(config: dict[str, Any]) -> None:
+    """Enter a private mount namespace whose root holds only the Python runtime."""
+    linux.unshare(linux.CLONE_NEWNS)
+    linux.mount(None, "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    root = config["staging_dir"]
+    linux.mount("agentgym-sandbox", root, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=4m,mode=0755")
+    bound: list[str] = []
+    for path in config["expose"]:
+        _expose(root, path, bound)
+    for path in config["mask"]:
+        if os.path.isdir(root + path):
+            linux.mount("agentgym-mask", root + path, "tmpfs", linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV, "size=4k,mode=0755")
+    os.makedirs(root + "/dev/shm")
+    for device in DEVICES:
+        _bind(f"/dev/{device}", f"{root}/dev/{device}", readonly=False)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    for folder in ("proc", "tmp", "workspace", WORKSPACES.lstrip("/"), "old"):
+        os.makedirs(f"{root}/{folder}", exist_ok=True)
+    # The kernel lets a user namespace mount procfs only where one is already fully visible;
+    # the server and every run mount their own pid namespace's procfs over this one.
+    linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+    os.chdir(root)
+    linux.pivot_root(".", "old")
+    os.chdir("/")
+    linux.umount("/old", linux.MNT_DETACH)
+    os.rmdir("/old")
+    linux.mount(None, "/", None, linux.MS_REMOUNT | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV)
+
+
+def _expose(root: str, path: str, bound: list[str]) -> None:
+    """Make ``path`` resolve inside ``root`` as on the host: links copied, the target bound read-only."""
+    current = "/"
+    parts = [p for p in path.split("/") if p]
+    for index, part in enumerate(parts):
+        host = os.path.join(current, part)
+        if any(host == b or host.startswith(b + "/") for b in bound):
+            return  # already visible through a bound ancestor
+        if os.path.islink(host):
+            link = os.readlink(host)
+            if not os.path.lexists(root + host):
+                os.symlink(link, root + host)
+            resolved = os.path.normpath(os.path.join(current, link))
+            _expose(root, os.path.join(resolved, *parts[index + 1 :]), bound)
+            return
+        if index == len(parts) - 1:
+            _bind(host, root + host, readonly=True)
+            bound.append(host)
+            return
+        os.makedirs(root + host, mode=0o755, exist_ok=True)
+        current = host
+
+
+def _bind(source: str, target: str, *, readonly: bool) -> None:
+    if os.path.isdir(source):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        with open(target, "ab"):
+            pass
+    linux.mount(source, target, None, linux.MS_BIND)
+    flags = linux.MS_REMOUNT | linux.MS_BIND | linux.MS_NOSUID
+    linux.mount(None, target, None, flags | (linux.MS_RDONLY | linux.MS_NODEV if readonly else linux.MS_NOEXEC))
+
+
+# ------------------------------------------------------------------------------------ server
+
+
+class Run:
+    """One sandboxed execution the server is tracking."""
+
+    __slots__ = ("pid", "pidfd", "status_fd", "report_fd", "deadline", "workspace", "timed_out", "killed")
+
+    def __init__(self, pid: int, status_fd: int, report_fd: int, deadline: float, workspace: str | None):
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)
+        self.status_fd = status_fd
+        self.report_fd = report_fd
+        self.deadline = deadline
+        self.workspace = workspace
+        self.timed_out = False
+        self.killed = False
+
+
+class Server:
+    """Serves open/close/run/kill requests on the control socket; single-threaded, so fork is safe."""
+
+    def __init__(self, control: socket.socket, config: dict[str, Any]):
+        self.control = control
+        self.config = config
+        self.runs: dict[str, Run] = {}
+        self.by_pidfd: dict[int, str] = {}
+        self.workspaces: dict[str, dict[str, Any]] = {}
+
+    def serve(self) -> NoReturn:
+        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+        linux.mount("agentgym-workspaces", WORKSPACES, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=64k,mode=0700")
+        self.pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+        self.poller = select.poll()
+        self.poller.register(self.control, select.POLLIN)
+        send(self.control, {"event": "ready"})
+        while True:
+            for fd, _ in self.poller.poll(self._poll_timeout()):
+                if fd == self.control.fileno():
+                    self._on_message()
+                else:
+                    self._reap(self.by_pidfd[fd])
+            self._expire()
+
+    def _poll_timeout(self) -> int | None:
+        deadlines = [r.deadline for r in self.runs.values() if not r.timed_out]
+        if not deadlines:
+            return None
+        return max(0, int((min(deadlines) - time.monotonic()) * 1000) + 1)
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for run in self.runs.values():
+            if not run.timed_out and now >= run.deadline:
+                run.timed_out = True
+                os.kill(run.pid, signal.SIGKILL)
+
+    def _on_message(self) -> None:
+        data, fds, flags, _ = socket.recv_fds(self.control, MAX_MESSAGE, 8)
+        if not data:
+            os._exit(0)  # the host is gone: exiting tears down every sandbox with our pid namespace
+        try:
+            message = json.loads(data)
+            op = message["op"]
+            handler: Callable[[dict[str, Any], list[int]], None] = getattr(self, f"_op_{op}")
+        except (ValueError, KeyError, TypeError, AttributeError):
+            for fd in fds:
+                os.close(fd)
+            send(self.control, {"ok": False, "error": f"malformed request {data[:200]!r}"})
+            return
+        handler(message, fds)
+
+    # ----------------------------------------------------------------------- workspaces
+
+    def _op_open(self, message: dict[str, Any], fds: list[int]) -> None:
+        name = str(message["workspace"])
+        path = f"{WORKSPACES}/{name}"
+        try:
+            if not name.isalnum() or name in self.workspaces:
+                raise ValueError(f"bad or duplicate workspace id {name!r}")
+            os.mkdir(path, 0o700)
+            options = f"size={int(message['bytes'])},nr_inodes={int(message['inodes'])},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}"
+            linux.mount("agentgym-workspace", path, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, options)
+        except (OSError, ValueError) as exc:
+            send(self.control, {"ok": False, "error": str(exc)})
+            return
+        self.workspaces[name] = {"runs": 0, "closing": False}
+        send(self.control, {"ok": True})
+
+    def _op_close(self, message: dict[str, Any], fds: list[int]) -> None:
+        name = str(message["workspace"])
+        workspace = self.workspaces.get(name)
+        if workspace is not None:
+            workspace["closing"] = True
+            self._drop_if_idle(name)
+        send(self.control, {"ok": True})
+
+    def _drop_if_idle(self, name: str) -> None:
+        workspace = self.workspaces[name]
+        if workspace["closing"] and workspace["runs"] == 0:
+            path = f"{WORKSPACES}/{name}"
+            linux.umount(path, linux.MNT_DETACH)
+            os.rmdir(path)
+            del self.workspaces[name]
+
+    # ----------------------------------------------------------------------------- runs
+
+    def _op_kill(self, message: dict[str, Any], fds: list[int]) -> None:
+        run = self.runs.get(str(message["run"]))
+        if run is not None and not run.killed:
+            run.killed = True
+            os.kill(run.pid, signal.SIGKILL)
+
+    def _op_run(self, message: dict[str, Any], fds: list[int]) -> None:
+        if len(fds) != 4:
+            for fd in fds:
+                os.close(fd)
+            return
+        stdin_fd, stdout_fd, stderr_fd, status_fd = fds
+        run_id = str(message["run"])
+        workspace = message.get("workspace")
+        problem = None
+        if workspace is not None and (workspace not in self.workspaces or self.workspaces[workspace]["closing"]):
+            problem = f"workspace {workspace!r} is not open"
+        elif run_id in self.runs:
+            problem = f"duplicate run id {run_id!r}"
+        report_r, report_w = os.pipe()
+        pid = -1
+        if problem is None:
+            try:
+                linux.unshare(linux.CLONE_NEWPID)
+                try:
+                    pid = os.fork()
+                finally:
+                    if pid != 0:
+                        linux.setns(self.pidns, linux.CLONE_NEWPID)
+            except OSError as exc:
+                problem = f"could not start the sandbox: {exc}"
+        if pid == 0:
+            self._init(message, stdin_fd, stdout_fd, stderr_fd, report_w)
+        for fd in (stdin_fd, stdout_fd, stderr_fd, report_w):
+            os.close(fd)
+        if problem is not None:
+            os.close(report_r)
+            _write_status(status_fd, {"error": problem})
+            return
+        run = Run(pid, status_fd, report_r, time.monotonic() + float(message["limits"]["wall_time_s"]), workspace)
+        self.runs[run_id] = run
+        self.by_pidfd[run.pidfd] = run_id
+        self.poller.register(run.pidfd, select.POLLIN)
+        if workspace is not None:
+            self.workspaces[workspace]["runs"] += 1
+
+    def _reap(self, run_id: str) -> None:
+        run = self.runs.pop(run_id)
+        del self.by_pidfd[run.pidfd]
+        self.poller.unregister(run.pidfd)
+        _, init_status = os.waitpid(run.pid, 0)
+        os.close(run.pidfd)
+        report = _read_all(run.report_fd)
+        os.close(run.report_fd)
+        result: dict[str, Any] = {"timed_out": run.timed_out, "killed": run.killed}
+        lines = [json.loads(line) for line in report.splitlines() if line.strip()]
+        errors = [line["error"] for line in lines if "error" in line]
+        statuses = [line["status"] for line in lines if "status" in line]
+        if errors and not (run.timed_out or run.killed):
+            result["error"] = errors[0]
+        elif statuses:
+            result["returncode"] = os.waitstatus_to_exitcode(statuses[0])
+        else:  # the init died before its child did: killed on timeout or on request
+            result["returncode"] = os.waitstatus_to_exitcode(init_status)
+        _write_status(run.status_fd, result)
+        if run.workspace is not None:
+            self.workspaces[run.workspace]["runs"] -= 1
+            self._drop_if_idle(run.workspace)
+
+    # ------------------------------------------------------------------ inside a run
+
+    def _init(self, message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: int, report_fd: int) -> NoReturn:
+        """The run's pid 1: private namespaces and mounts, then fork the code's process and wait."""
+        try:
+            os.setsid()
+            for target, fd in enumerate((stdin_fd, stdout_fd, stderr_fd, report_fd)):
+                os.dup2(fd, target)
+            os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+            linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS)
+            limits = message["limits"]
+            private = linux.MS_NOSUID | linux.MS_NODEV
+            linux.mount("proc", "/proc", "proc", private | linux.MS_NOEXEC)
+            linux.mount("agentgym-tmp", "/tmp", "tmpfs", private, f"size={limits['workspace_bytes']},mode=1777")
+            linux.mount("agentgym-shm", "/dev/shm", "tmpfs", private | linux.MS_NOEXEC, "size=16m,mode=1777")
+            workspace = message.get("workspace")
+            if workspace is None:
+                options = f"size={limits['workspace_bytes']},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}"
+                linux.mount("agentgym-workspace", "/workspace", "tmpfs", private, options)
+            else:
+                linux.mount(f"{WORKSPACES}/{workspace}", "/workspace", None, linux.MS_BIND)
+            linux.umount(WORKSPACES, linux.MNT_DETACH)
+            linux.sethostname("sandbox")
+            ready_r, ready_w = os.pipe()
+            go_r, go_w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                os.close(ready_r)
+                os.close(go_w)
+                _code_process(limits, ready_w, go_r)
+            os.close(ready_w)
+            os.close(go_r)
+            if os.read(ready_r, 1) == b"u":
+                for kind in ("uid", "gid"):
+                    with open(f"/proc/{pid}/{kind}_map", "w") as handle:
+                        handle.write(f"{SANDBOX_UID} {SANDBOX_UID} 1\n")
+                os.write(go_w, b"g")
+            os.close(go_w)
+            os.close(ready_r)
+            while True:  # as pid 1, also reap orphans until the code's own process ends
+                child, status = os.wait()
+                if child == pid:
+                    break
+            os.write(3, json.dumps({"status": status}).encode() + b"\n")
+            os._exit(0)
+        except BaseException as exc:  # noqa: BLE001 - any failure here is reported, never raised
+            _report_error(f"sandbox setup failed: {type(exc).__name__}: {exc}")
+            os._exit(1)
+
+
+def _code_process(limits: dict[str, Any], ready_w: int, go_r: int) -> NoReturn:
+    """Drop to an unprivileged user with no capabilities and resource limits, then run the request."""
+    try:
+        linux.unshare(linux.CLONE_NEWUSER)
+        # While we still hold every capability in the new user namespace: forbid nested ones,
+        # which is the only way unprivileged code could create namespaces of its own.
+        with open("/proc/sys/user/max_user_namespaces", "w") as handle:
+            handle.write("0")
+        os.write(ready_w, b"u")
+        if os.read(go_r, 1) != b"g":
+            raise OSError("the init process did not write the user namespace maps")
+        os.close(ready_w)
+        os.close(go_r)
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+        _set_limits(limits)
+        os.setgroups([])
+        os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        _drop_capabilities()
+        linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+        linux.prctl(linux.PR_SET_DUMPABLE, 1)  # setuid cleared it; keep /proc/self readable
+        request = bootstrap.read_request(0)
+        bootstrap.prepare(request)
+    except BaseException as exc:  # noqa: BLE001 - reported to the host as a sandbox error
+        _report_error(f"sandbox setup failed: {type(exc).__name__}: {exc}")
+        os._exit(bootstrap.SETUP_FAILED)
+    os.close(3)  # the report channel is the sandbox's, not the code's
+    bootstrap.execute(request["code"])
+
+
+def _set_limits(limits: dict[str, Any]) -> None:
+    cpu = int(limits["cpu_time_s"])
+    for which, value in (
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU first, SIGKILL a second later
+        (resource.RLIMIT_AS, int(limits["memory_bytes"])),
+        (resource.RLIMIT_NPROC, int(limits["max_processes"])),
+        (resource.RLIMIT_FSIZE, int(limits["max_file_bytes"])),
+        (resource.RLIMIT_NOFILE, int(limits["max_open_files"])),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        resource.setrlimit(which, value if isinstance(value, tuple) else (value, value))
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _drop_capabilities() -> None:
+    # The uid change keeps capabilities here (our uid was never root of this user namespace),
+    # so clear all three sets explicitly.
+    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
+    data = (_CapData * 2)()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.capset(ctypes.byref(header), data) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"capset: {os.strerror(errno)}")
+
+
+def _report_error(text: str) -> None:
+    try:
+        os.write(3, json.dumps({"error": text}).encode() + b"\n")
+    except OSError:
+        pass
+
+
+def _read_all(fd: int) -> bytes:
+    os.set_blocking(fd, False)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _write_status(fd: int, status: dict[str, Any]) -> None:
+    try:
+        os.write(fd, json.dumps(status).encode() + b"\n")
+    except OSError:
+        pass  # the host stopped listening; nothing else to tell
+    os.close(fd)
+
+
+if __name__ == "__main__":
+    main()
