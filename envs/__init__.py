@@ -10,6 +10,18 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = {
         "agentgym.envs.refund.env:RefundEnv",
         "Customer-support refund workflow under a written policy, with a scripted customer",
     ),
+    "agentgym/SQL-v0": (
+        "agentgym.envs.knowledge.sql_env:SQLEnv",
+        "Answer questions with read-only SQL over a synthetic world snapshot",
+    ),
+    "agentgym/SearchQA-v0": (
+        "agentgym.envs.knowledge.searchqa_env:SearchQAEnv",
+        "Multi-hop question answering with full-text search over a synthetic encyclopedia",
+    ),
+    "agentgym/ToolMath-v0": (
+        "agentgym.envs.knowledge.toolmath_env:ToolMathEnv",
+        "Look facts up with search, compute with a safe calculator, answer with stated rounding",
+    ),
 }
 
 

@@ -16,7 +16,11 @@ HERE = Path(__file__).parent
 
 def _labelled_sets():
     root = resources.files("agentgym.tasks")
-    return sorted(str(p) for p in Path(str(root)).glob("*/labelled.jsonl"))
+    return sorted(str(p) for p in Path(str(root)).glob("**/labelled.jsonl"))
+
+
+def _family(path):
+    return str(Path(path).parent.relative_to(Path(str(resources.files("agentgym.tasks")))))
 
 
 def _validate(*args, cwd=None):
@@ -25,7 +29,7 @@ def _validate(*args, cwd=None):
 
 
 def test_every_environment_ships_a_labelled_set():
-    families = {Path(p).parent.name for p in _labelled_sets()}
+    families = {_family(p) for p in _labelled_sets()}
     for env_id in ENVIRONMENTS:
         import gymnasium as gym
 
@@ -34,7 +38,7 @@ def test_every_environment_ships_a_labelled_set():
         env.close()
 
 
-@pytest.mark.parametrize("path", _labelled_sets(), ids=lambda p: Path(p).parent.name)
+@pytest.mark.parametrize("path", _labelled_sets(), ids=_family)
 def test_shipped_labelled_set_validates(path):
     records = [json.loads(line) for line in Path(path).read_text().splitlines()]
     assert len(records) >= 50

@@ -33,7 +33,7 @@ T = TypeVar("T")
 
 # The CPU-time backstop a worker sets for itself per call; the parent's wall-clock kill comes
 # first, so this only matters for a worker orphaned by a dead parent.
-_CPU_SLACK_SECONDS = 2.0
+_CPU_SLACK_SECONDS = 1.0
 # What a worker sends once its preload imports are done.
 READY = "ready"
 

@@ -37,6 +37,7 @@ __all__ = [
     "math_equivalent",
     "math_equivalent_batch",
     "prepare_answer",
+    "shared_math_equivalence",
 ]
 
 DEFAULT_TIMEOUT = 5.0
@@ -230,7 +231,8 @@ _default: MathEquivalence | None = None
 _default_lock = threading.Lock()
 
 
-def _shared() -> MathEquivalence:
+def shared_math_equivalence() -> MathEquivalence:
+    """The instance behind the module-level functions, created on first use."""
     global _default
     with _default_lock:
         if _default is None:
@@ -240,7 +242,7 @@ def _shared() -> MathEquivalence:
 
 def check_math_equivalence(prediction: str, reference: str, *, timeout: float = DEFAULT_TIMEOUT) -> MathCheck:
     """Like :func:`math_equivalent`, but says how the verdict was reached and what went wrong."""
-    return _shared().check(prediction, reference, timeout=timeout)
+    return shared_math_equivalence().check(prediction, reference, timeout=timeout)
 
 
 def math_equivalent(prediction: str, reference: str, *, timeout: float = DEFAULT_TIMEOUT) -> bool:
@@ -256,4 +258,4 @@ def math_equivalent(prediction: str, reference: str, *, timeout: float = DEFAULT
 
 def math_equivalent_batch(pairs: Sequence[tuple[str, str]], *, timeout: float = DEFAULT_TIMEOUT) -> list[bool]:
     """:func:`math_equivalent` for many ``(prediction, reference)`` pairs, run in the worker pool."""
-    return [check.equivalent for check in _shared().check_batch(pairs, timeout=timeout)]
+    return [check.equivalent for check in shared_math_equivalence().check_batch(pairs, timeout=timeout)]

@@ -101,6 +101,9 @@ def publish_directory(target: Path, build: Callable[[Path], None]) -> Path:
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
         try:
             build(tmp)
+            # mkdtemp makes the directory private; a cache shared through AGENTGYM_CACHE must be readable.
+            for path in [tmp, *tmp.rglob("*")]:
+                path.chmod(0o755 if path.is_dir() else 0o644)
             os.rename(tmp, target)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -167,6 +170,11 @@ def _resolve_dtype(dtype: str | torch.dtype | None, device: str) -> torch.dtype:
     return resolved
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
 def _load_pretrained(
     source: str, *, gguf_file: str | None = None, torch_dtype: torch.dtype | None, device: str
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -183,8 +191,8 @@ def _load_pretrained(
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch_dtype, **kwargs)
     except ImportError as exc:
         raise ModelLoadError(f"cannot load {source}: {exc} (GGUF files need: pip install gguf accelerate)") from None
-    except OSError as exc:
-        raise ModelLoadError(f"cannot load model {source!r}: {str(exc).splitlines()[0]}") from None
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"cannot load model {source!r}: {_first_line(exc)}") from None
     return model.to(device).eval(), tokenizer
 
 
@@ -198,8 +206,8 @@ def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
     kwargs: dict[str, Any] = {"local_files_only": True} if Path(source).is_dir() else {}
     try:
         return AutoTokenizer.from_pretrained(source, **kwargs)
-    except OSError as exc:
-        raise ModelLoadError(f"cannot load tokenizer {source!r}: {str(exc).splitlines()[0]}") from None
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"cannot load tokenizer {source!r}: {_first_line(exc)}") from None
 
 
 def load_model(

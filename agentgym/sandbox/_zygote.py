@@ -9,13 +9,14 @@ host to the sandbox over pipes the fork server never reads.
 
 Process tree (host pids on the left)::
 
-    launcher  (root)  builds the mount view, enters a user namespace, forks:
-      server  (pid 1 of its own pid namespace, root of the user namespace only)
-        init  (pid 1 of a new pid namespace per run; new mount/net/ipc/uts namespaces)
-          code (its own user namespace, uid 1000, no capabilities, rlimits) runs the request
+    launcher (host root) builds the mount view, enters a user namespace, forks:
+      server (pid 1 of its own pid namespace; root of that user namespace only), forks per run:
+        run  (pid 1 of a new pid namespace; new mount/net/ipc/uts namespaces; then uid 1000 in a
+              user namespace of its own, no capabilities, rlimits) runs the request in-process
 
-Killing a run's init tears down its pid namespace, so nothing it started survives. When the
-host closes the control socket the server exits, which tears down every sandbox at once.
+A run is pid 1 of its pid namespace, so when it exits or is killed the kernel kills everything
+it started. When the host closes the control socket the server exits, which tears down every
+sandbox at once.
 
 Stdlib only: it runs before and after the host's filesystem disappears from its view.
 """
@@ -23,6 +24,7 @@ Stdlib only: it runs before and after the host's filesystem disappears from its 
 from __future__ import annotations
 
 import ctypes
+import gc
 import importlib
 import importlib.util
 import json
@@ -33,6 +35,7 @@ import signal
 import socket
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any, NoReturn
@@ -75,6 +78,10 @@ def main() -> NoReturn:
     for name in config["warm_imports"]:
         importlib.import_module(name)
     _add_exit_builtins()
+    # Everything imported so far is shared by every run; frozen objects are never visited by
+    # the collector, so runs do not copy those pages just to scan them.
+    gc.collect()
+    gc.freeze()
     _build_view(config)
     linux.unshare(linux.CLONE_NEWUSER)
     send(control, {"event": "userns"})  # the host writes our uid/gid maps, then says go
@@ -83,6 +90,9 @@ def main() -> NoReturn:
     os.setresgid(0, 0, 0)
     os.setgroups([])
     os.setresuid(0, 0, 0)
+    # The uid change made us non-dumpable, which would leave /proc/<pid> of every child owned
+    # by the host's root, out of reach of the init process that writes a run's id maps.
+    linux.prctl(linux.PR_SET_DUMPABLE, 1)
     # A mount namespace owned by the new user namespace (the view's mounts stay locked
     # read-only in it) lets the server and each run mount their own proc, tmp and workspace.
     linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWPID)
@@ -90,8 +100,9 @@ def main() -> NoReturn:
     if pid == 0:
         try:
             Server(control, config).serve()
-        finally:
-            os._exit(1)
+        except BaseException:  # noqa: BLE001 - the host reads this from our stderr
+            traceback.print_exc()
+        os._exit(1)
     control.close()
     _, status = os.waitpid(pid, 0)
     os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
@@ -240,7 +251,7 @@ class Server:
         except (ValueError, KeyError, TypeError, AttributeError):
             for fd in fds:
                 os.close(fd)
-            send(self.control, {"ok": False, "error": f"malformed request {data[:200]!r}"})
+            print(f"agentgym fork server: ignored malformed request {data[:200]!r}", file=sys.stderr, flush=True)
             return
         handler(message, fds)
 
@@ -267,7 +278,6 @@ class Server:
         if workspace is not None:
             workspace["closing"] = True
             self._drop_if_idle(name)
-        send(self.control, {"ok": True})
 
     def _drop_if_idle(self, name: str) -> None:
         workspace = self.workspaces[name]
@@ -304,14 +314,16 @@ class Server:
             try:
                 linux.unshare(linux.CLONE_NEWPID)
                 try:
+                    T0 = time.process_time()
                     pid = os.fork()
+                    if pid: self.forkcpu = getattr(self, "forkcpu", 0) + time.process_time() - T0
                 finally:
                     if pid != 0:
                         linux.setns(self.pidns, linux.CLONE_NEWPID)
             except OSError as exc:
                 problem = f"could not start the sandbox: {exc}"
         if pid == 0:
-            self._init(message, stdin_fd, stdout_fd, stderr_fd, report_w)
+            _sandbox(message, stdin_fd, stdout_fd, stderr_fd, report_w)
         for fd in (stdin_fd, stdout_fd, stderr_fd, report_w):
             os.close(fd)
         if problem is not None:
@@ -329,112 +341,100 @@ class Server:
         run = self.runs.pop(run_id)
         del self.by_pidfd[run.pidfd]
         self.poller.unregister(run.pidfd)
-        _, init_status = os.waitpid(run.pid, 0)
+        _, status, ru = os.wait4(run.pid, 0)
+        self.gcpu = getattr(self, "gcpu", 0) + ru.ru_utime + ru.ru_stime
+        self.n = getattr(self, "n", 0) + 1
+        if self.n % 100 == 0:
+            print("Z fork cpu ms", self.forkcpu/self.n*1000, "G cpu ms", self.gcpu/self.n*1000, "Z total", time.process_time()/self.n*1000, file=sys.stderr, flush=True)
         os.close(run.pidfd)
         report = _read_all(run.report_fd)
         os.close(run.report_fd)
         result: dict[str, Any] = {"timed_out": run.timed_out, "killed": run.killed}
-        lines = [json.loads(line) for line in report.splitlines() if line.strip()]
-        errors = [line["error"] for line in lines if "error" in line]
-        statuses = [line["status"] for line in lines if "status" in line]
+        errors = [json.loads(line)["error"] for line in report.splitlines() if line.strip()]
         if errors and not (run.timed_out or run.killed):
             result["error"] = errors[0]
-        elif statuses:
-            result["returncode"] = os.waitstatus_to_exitcode(statuses[0])
-        else:  # the init died before its child did: killed on timeout or on request
-            result["returncode"] = os.waitstatus_to_exitcode(init_status)
+        else:
+            result["returncode"] = os.waitstatus_to_exitcode(status)
         _write_status(run.status_fd, result)
         if run.workspace is not None:
             self.workspaces[run.workspace]["runs"] -= 1
             self._drop_if_idle(run.workspace)
 
-    # ------------------------------------------------------------------ inside a run
 
-    def _init(self, message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: int, report_fd: int) -> NoReturn:
-        """The run's pid 1: private namespaces and mounts, then fork the code's process and wait."""
-        try:
-            os.setsid()
-            for target, fd in enumerate((stdin_fd, stdout_fd, stderr_fd, report_fd)):
-                os.dup2(fd, target)
-            os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
-            linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS)
-            limits = message["limits"]
-            private = linux.MS_NOSUID | linux.MS_NODEV
-            linux.mount("proc", "/proc", "proc", private | linux.MS_NOEXEC)
-            linux.mount("agentgym-tmp", "/tmp", "tmpfs", private, f"size={limits['workspace_bytes']},mode=1777")
-            linux.mount("agentgym-shm", "/dev/shm", "tmpfs", private | linux.MS_NOEXEC, "size=16m,mode=1777")
-            workspace = message.get("workspace")
-            if workspace is None:
-                options = f"size={limits['workspace_bytes']},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}"
-                linux.mount("agentgym-workspace", "/workspace", "tmpfs", private, options)
-            else:
-                linux.mount(f"{WORKSPACES}/{workspace}", "/workspace", None, linux.MS_BIND)
-            linux.umount(WORKSPACES, linux.MNT_DETACH)
-            linux.sethostname("sandbox")
-            ready_r, ready_w = os.pipe()
-            go_r, go_w = os.pipe()
-            pid = os.fork()
-            if pid == 0:
-                os.close(ready_r)
-                os.close(go_w)
-                _code_process(limits, ready_w, go_r)
-            os.close(ready_w)
-            os.close(go_r)
-            if os.read(ready_r, 1) == b"u":
-                for kind in ("uid", "gid"):
-                    with open(f"/proc/{pid}/{kind}_map", "w") as handle:
-                        handle.write(f"{SANDBOX_UID} {SANDBOX_UID} 1\n")
-                os.write(go_w, b"g")
-            os.close(go_w)
-            os.close(ready_r)
-            while True:  # as pid 1, also reap orphans until the code's own process ends
-                child, status = os.wait()
-                if child == pid:
-                    break
-            os.write(3, json.dumps({"status": status}).encode() + b"\n")
-            os._exit(0)
-        except BaseException as exc:  # noqa: BLE001 - any failure here is reported, never raised
-            _report_error(f"sandbox setup failed: {type(exc).__name__}: {exc}")
-            os._exit(1)
+def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: int, report_fd: int) -> NoReturn:
+    """One run, as pid 1 of its own pid namespace: isolate, drop every privilege, run the request.
 
-
-def _code_process(limits: dict[str, Any], ready_w: int, go_r: int) -> NoReturn:
-    """Drop to an unprivileged user with no capabilities and resource limits, then run the request."""
+    Being pid 1 means the kernel kills everything the code started when it exits or is killed.
+    Setup failures go to the report pipe as JSON; the code never sees that pipe.
+    """
     try:
-        linux.unshare(linux.CLONE_NEWUSER)
-        # While we still hold every capability in the new user namespace: forbid nested ones,
-        # which is the only way unprivileged code could create namespaces of its own.
-        with open("/proc/sys/user/max_user_namespaces", "w") as handle:
-            handle.write("0")
-        os.write(ready_w, b"u")
-        if os.read(go_r, 1) != b"g":
-            raise OSError("the init process did not write the user namespace maps")
-        os.close(ready_w)
-        os.close(go_r)
+        os.setsid()
+        for target, fd in enumerate((stdin_fd, stdout_fd, stderr_fd, report_fd)):
+            os.dup2(fd, target)
+        os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        limits = message["limits"]
+        _private_namespaces(limits, message.get("workspace"))
         with open("/proc/self/oom_score_adj", "w") as handle:
-            handle.write("1000")
+            handle.write("1000")  # under memory pressure, sandboxes go first
         _set_limits(limits)
         os.setgroups([])
         os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
-        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
+        os.setresuid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)  # leaves the server's user-ns root: no capabilities
+        # The uid change cleared "dumpable", which would hand /proc/self to the host's root.
+        linux.prctl(linux.PR_SET_DUMPABLE, 1)
+        _own_user_namespace()
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["max_processes"]),) * 2)
         _drop_capabilities()
         linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
-        linux.prctl(linux.PR_SET_DUMPABLE, 1)  # setuid cleared it; keep /proc/self readable
         request = bootstrap.read_request(0)
         bootstrap.prepare(request)
     except BaseException as exc:  # noqa: BLE001 - reported to the host as a sandbox error
-        _report_error(f"sandbox setup failed: {type(exc).__name__}: {exc}")
-        os._exit(bootstrap.SETUP_FAILED)
-    os.close(3)  # the report channel is the sandbox's, not the code's
+        try:
+            os.write(3, json.dumps({"error": f"sandbox setup failed: {type(exc).__name__}: {exc}"}).encode() + b"\n")
+        finally:
+            os._exit(bootstrap.SETUP_FAILED)
+    os.close(3)
     bootstrap.execute(request["code"])
+
+
+def _private_namespaces(limits: dict[str, Any], workspace: str | None) -> None:
+    """New mount, network, IPC and UTS namespaces: own /proc, /tmp, /dev/shm and workspace, no network."""
+    linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS)
+    private = linux.MS_NOSUID | linux.MS_NODEV
+    linux.mount("proc", "/proc", "proc", private | linux.MS_NOEXEC)
+    linux.mount("agentgym-tmp", "/tmp", "tmpfs", private, f"size={limits['workspace_bytes']},mode=1777")
+    linux.mount("agentgym-shm", "/dev/shm", "tmpfs", private | linux.MS_NOEXEC, "size=16m,mode=1777")
+    if workspace is None:
+        options = f"size={limits['workspace_bytes']},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}"
+        linux.mount("agentgym-workspace", "/workspace", "tmpfs", private, options)
+    else:
+        linux.mount(f"{WORKSPACES}/{workspace}", "/workspace", None, linux.MS_BIND)
+    linux.umount(WORKSPACES, linux.MNT_DETACH)  # other episodes' workspaces disappear
+    linux.sethostname("sandbox")
+
+
+def _own_user_namespace() -> None:
+    """Enter a user namespace of this run alone, mapping only our uid and gid to themselves.
+
+    Runs then cannot ptrace or signal one another even though they share a uid, and
+    ``RLIMIT_NPROC`` counts this run's processes only (it is set after this call so that the
+    parent namespace's share is unlimited). Nested user namespaces are then forbidden, which
+    closes the only way unprivileged code could create namespaces of its own.
+    """
+    linux.unshare(linux.CLONE_NEWUSER)
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{SANDBOX_UID} {SANDBOX_UID} 1\n"), ("gid_map", f"{SANDBOX_UID} {SANDBOX_UID} 1\n")):
+        with open(f"/proc/self/{name}", "w") as handle:
+            handle.write(text)
+    with open("/proc/sys/user/max_user_namespaces", "w") as handle:
+        handle.write("0")
 
 
 def _set_limits(limits: dict[str, Any]) -> None:
     cpu = int(limits["cpu_time_s"])
     for which, value in (
-        (resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU first, SIGKILL a second later
+        # SIGXCPU first, SIGKILL a second later (pid 1 ignores SIGXCPU unless it handles it).
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),
         (resource.RLIMIT_AS, int(limits["memory_bytes"])),
-        (resource.RLIMIT_NPROC, int(limits["max_processes"])),
         (resource.RLIMIT_FSIZE, int(limits["max_file_bytes"])),
         (resource.RLIMIT_NOFILE, int(limits["max_open_files"])),
         (resource.RLIMIT_CORE, 0),
@@ -459,13 +459,6 @@ def _drop_capabilities() -> None:
     if libc.capset(ctypes.byref(header), data) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"capset: {os.strerror(errno)}")
-
-
-def _report_error(text: str) -> None:
-    try:
-        os.write(3, json.dumps({"error": text}).encode() + b"\n")
-    except OSError:
-        pass
 
 
 def _read_all(fd: int) -> bytes:

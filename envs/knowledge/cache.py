@@ -36,10 +36,6 @@ class CacheStats:
         total = self.hits + self.misses
         return self.hits / total if total else 0.0
 
-    def as_dict(self) -> dict[str, float | int]:
-        """JSON-ready form for ``info``."""
-        return {"hits": self.hits, "misses": self.misses, "hit_rate": round(self.hit_rate, 4)}
-
 
 class ToolCache:
     """A bounded LRU map from (namespace, tool, arguments) to the tool's outcome (its text or error).

@@ -166,7 +166,7 @@ def _task(world: World, template: MathTemplate, walks: list[Walk]) -> dict[str, 
         "template": template.name,
         "hops": hops,
         "question": f"{question[0].upper()}{question[1:]} {rule}",
-        "answer": {"type": "number", "value": float(value) if template.decimals else int(Decimal(value)), "tolerance": tolerance, "text": value},
+        "answer": {"type": "number", "value": float(value) if template.decimals else int(Decimal(value)), "tolerance": tolerance, "decimals": template.decimals or 0},
         "solution": {"facts": facts, "expression": template.expression.format(**{f"f{i}": v for i, v in enumerate(values)})},
         # the same entity in two slots makes a trivial question ("A divided by A")
         "degenerate": len({w.end for w in walks}) < len(walks) or (template.decimals is not None and exact == 0),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import re
 import unicodedata
+from collections.abc import Callable
 
 __all__ = ["NameForge", "normalize_name", "slugify"]
 
@@ -67,10 +68,10 @@ class NameForge:
         self._taken: set[str] = set()
         self._slugs: set[str] = set()
 
-    def _claim(self, make: object) -> str:
+    def _claim(self, make: Callable[[], str]) -> str:
         # Collisions are rare; a bounded retry keeps generation total without risking a loop.
         for _ in range(1000):
-            name = make()  # type: ignore[operator]
+            name = make()
             key = normalize_name(name)
             if key and key not in self._taken and slugify(name) not in self._slugs:
                 self._taken.add(key)

@@ -47,7 +47,7 @@ HOPS: tuple[Hop, ...] = (
     Hop("campus", "universities", "city_id", "cities", "the city where {x} is located", "the city where that university is located"),
     Hop("presenter", "awards", "country_id", "countries", "the country that presents {x}", "the country that presents that award"),
 )
-_KIND_NOUN = {"countries": "the country", "cities": "the city of", "universities": "", "people": "", "companies": "the company", "awards": ""}
+_PREFIX = {"countries": "the country ", "cities": "the city of ", "universities": "", "people": "", "companies": "the company ", "awards": "the "}
 
 
 @dataclass(frozen=True)
@@ -87,13 +87,8 @@ def describe_anchor(world: World, node: Node) -> str:
     """A noun phrase naming an entity, with its kind when the name alone would not say it."""
     table, row_id = node
     row = world.get(table, row_id)
-    name = row[ENTITY_TABLES[table]]
-    if table == "works":
-        return f"the {row['kind']} {name}"
-    noun = _KIND_NOUN[table]
-    if table == "awards":
-        return f"the {name}"
-    return f"{noun} {name}".strip()
+    prefix = f"the {row['kind']} " if table == "works" else _PREFIX[table]
+    return prefix + row[ENTITY_TABLES[table]]
 
 
 def describe_ceremony(world: World, award_id: int, year: int) -> str:
@@ -102,14 +97,14 @@ def describe_ceremony(world: World, award_id: int, year: int) -> str:
     return f"the {award['kind']} that won the {award['name']} in {year}"
 
 
-def random_walk(rng: random.Random, world: World, hops: int, start_tables: tuple[str, ...] | None = None) -> Walk | None:
+def random_walk(rng: random.Random, world: World, hops: int) -> Walk | None:
     """A walk of exactly ``hops`` hops from a random anchor, or ``None`` when this draw dead-ends.
 
-    With probability 1/3 (when ``start_tables`` allows works) the walk starts at an award ceremony.
+    With probability 1/3 the walk starts at an award ceremony.
     """
-    tables = start_tables or tuple(t for t in ENTITY_TABLES if any(h.source == t for h in HOPS))
+    tables = tuple(t for t in ENTITY_TABLES if any(h.source == t for h in HOPS))
     ceremony = None
-    if "works" in tables and rng.random() < 1 / 3:
+    if rng.random() < 1 / 3:
         win = rng.choice(world.tables["award_winners"])
         ceremony = (win["award_id"], win["year"])
         node: Node = ("works", win["work_id"])

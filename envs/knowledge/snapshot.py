@@ -39,9 +39,10 @@ __all__ = [
 ]
 
 # sha256 of the canonical JSON of the world's rows and articles (tests regenerate and compare).
-CONTENT_HASH = "0000000000000000000000000000000000000000000000000000000000000000"
+CONTENT_HASH = "7562c8aef94877c828c22e6e61cfa7570773555c6ae29a64d07d553baebc7bec"
 # Ranking weights of the FTS5 columns (title, body): a match in the title counts ten times more.
 BM25_WEIGHTS = (10.0, 1.0)
+_PYTHON_TYPES = {"INTEGER": int, "TEXT": str, "REAL": float}
 
 _lock = threading.Lock()
 _resolved: dict[Path, Path] = {}
@@ -108,9 +109,6 @@ def build_snapshot(path: str | Path, world: World | None = None) -> str:
     finally:
         db.close()
     return content_hash(world, articles)
-
-
-_PYTHON_TYPES = {"INTEGER": int, "TEXT": str, "REAL": float}
 
 
 def snapshot_path() -> Path:

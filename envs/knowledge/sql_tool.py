@@ -40,7 +40,9 @@ _READ_ONLY_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "inde
 _READABLE_TABLES = frozenset(TABLES) | {"sqlite_master", "sqlite_schema"}
 _SCHEMA_TABLES = ("sqlite_master", "sqlite_temp_master", "sqlite_schema", "sqlite_temp_schema")
 _SCHEMA_CHANGE = "changing the database schema"
-_READ_STATEMENTS = frozenset({"SELECT", "WITH", "VALUES", "PRAGMA", "EXPLAIN"})
+_WRITE_STATEMENTS = frozenset(
+    "INSERT UPDATE DELETE REPLACE CREATE DROP ALTER ATTACH DETACH VACUUM REINDEX ANALYZE BEGIN COMMIT END ROLLBACK SAVEPOINT RELEASE".split()
+)
 _FIRST_WORD = re.compile(r"\s*(?:(?:--[^\n]*(?:\n|$)|/\*.*?\*/)\s*)*([A-Za-z]+)", re.DOTALL)
 # Authorizer action codes the model may trigger, named for error messages.
 _ACTION_NAMES = {
@@ -128,7 +130,7 @@ class ReadOnlySQL:
         if len(query) > self.max_query_chars:
             raise ToolError(f"the query is {len(query)} characters long; the limit is {self.max_query_chars}")
         first = _FIRST_WORD.match(query)
-        if first is not None and first.group(1).upper() not in _READ_STATEMENTS:
+        if first is not None and first.group(1).upper() in _WRITE_STATEMENTS:
             # a friendlier message for the common case; the authorizer is what enforces it
             raise ToolError(f"not allowed: {first.group(1).upper()} statements. Only read-only SELECT queries are permitted")
         with self._lock:

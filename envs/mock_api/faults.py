@@ -29,6 +29,7 @@ from typing import Any
 __all__ = [
     "FAULT_KINDS",
     "LIST_FAULTS",
+    "REFUSALS",
     "RESPONSE_FAULTS",
     "FaultConfig",
     "FaultDraw",

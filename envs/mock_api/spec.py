@@ -14,20 +14,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from referencing import Registry, Resource
-from referencing.jsonschema import DRAFT202012
 
 from agentgym.envs.mock_api.world import PRIORITIES, STATUSES, TEAMS, TIERS
 
 __all__ = [
     "DEFAULT_PER_PAGE",
+    "DESCRIPTION",
     "MAX_PER_PAGE",
     "OPENAPI",
     "OPENAPI_JSON",
     "OPERATIONS",
     "Operation",
     "RouteMiss",
+    "SCHEMAS",
     "coerce_query",
+    "inline_schema",
     "match_route",
     "query_errors",
     "schema_errors",
@@ -175,12 +176,13 @@ OPERATIONS: list[Operation] = [
     _op("GET", "/agents", "listAgents", "List support agents; filter by name/email substring, team, active.", (200, "AgentPage"),
         query={"q": SEARCH, "team": {"enum": list(TEAMS)}, "active": {"type": "boolean"}, **PAGE_PARAMS}, paginated=True),
     _op("GET", "/agents/{agent_id}", "getAgent", "Get one agent.", (200, "Agent")),
-    _op("PATCH", "/agents/{agent_id}", "updateAgent", "Change an agent's team or deactivate them.", (200, "Agent"), body="AgentUpdate"),
+    _op("PATCH", "/agents/{agent_id}", "updateAgent", "Change an agent's team or deactivate them.", (200, "Agent"), body="AgentUpdate", idempotency_key=True),
     _op("GET", "/customers", "listCustomers", "List customers; filter by name/email substring, exact email, tier.", (200, "CustomerPage"),
         query={"q": SEARCH, "email": {"type": "string", "minLength": 3, "maxLength": 200}, "tier": {"enum": list(TIERS)}, **PAGE_PARAMS}, paginated=True),
     _op("POST", "/customers", "createCustomer", "Create a customer (email must be unique).", (201, "Customer"), body="CustomerCreate", idempotency_key=True),
     _op("GET", "/customers/{customer_id}", "getCustomer", "Get one customer.", (200, "Customer")),
-    _op("PATCH", "/customers/{customer_id}", "updateCustomer", "Change a customer's name, email or tier.", (200, "Customer"), body="CustomerUpdate"),
+    _op("PATCH", "/customers/{customer_id}", "updateCustomer", "Change a customer's name, email or tier.", (200, "Customer"), body="CustomerUpdate",
+        idempotency_key=True),
     _op("GET", "/tickets", "listTickets", "List tickets, oldest first; all filters combine with AND.", (200, "TicketPage"), query={
         "status": {"type": "string", "pattern": STATUS_LIST_PATTERN, "description": "one status or a comma-separated list, e.g. open,pending"},
         "priority": {"enum": list(PRIORITIES)},
@@ -195,8 +197,9 @@ OPERATIONS: list[Operation] = [
     _op("POST", "/tickets/bulk_update", "bulkUpdateTickets", "Apply the same changes to up to 50 tickets, all or nothing.", (200, "BulkTicketResult"),
         body="BulkTicketUpdate", idempotency_key=True),
     _op("GET", "/tickets/{ticket_id}", "getTicket", "Get one ticket.", (200, "Ticket")),
-    _op("PATCH", "/tickets/{ticket_id}", "updateTicket", "Change a ticket's subject, status, priority, assignee or tags.", (200, "Ticket"), body="TicketUpdate"),
-    _op("DELETE", "/tickets/{ticket_id}", "deleteTicket", "Delete a ticket and its comments.", (204, None)),
+    _op("PATCH", "/tickets/{ticket_id}", "updateTicket", "Change a ticket's subject, status, priority, assignee or tags.", (200, "Ticket"), body="TicketUpdate",
+        idempotency_key=True),
+    _op("DELETE", "/tickets/{ticket_id}", "deleteTicket", "Delete a ticket and its comments.", (204, None), idempotency_key=True),
     _op("GET", "/tickets/{ticket_id}/comments", "listComments", "List a ticket's comments, oldest first.", (200, "CommentPage"), query=dict(PAGE_PARAMS), paginated=True),
     _op("POST", "/tickets/{ticket_id}/comments", "createComment", "Add a comment (public: visible to the customer).", (201, "Comment"),
         body="CommentCreate", idempotency_key=True),
@@ -221,9 +224,10 @@ errors.
 Reliability: the service is busy. 429 and 503 responses carry `Retry-After` (seconds): wait that
 long before retrying; retrying earlier is refused again. 500 and 503 are transient: retry. A
 response can be lost (client timeout) or arrive garbled (invalid JSON) even though the server
-applied the change, so POST endpoints accept an `Idempotency-Key` header: retrying with the same
-key and body returns the original result (header `Idempotent-Replayed: true`) instead of acting
-twice. Under load a list may come back empty or with a short page; such responses carry a
+applied the change, so every write (POST, PATCH, DELETE) accepts an `Idempotency-Key` header:
+retrying with the same key and request returns the original result (header
+`Idempotent-Replayed: true`) instead of acting twice; a key reused for a different request is
+refused with 422. Under load a list may come back empty or with a short page; such responses carry a
 `Warning` header: retry the same request.
 """
 
@@ -267,14 +271,23 @@ def _document() -> dict[str, Any]:
 OPENAPI: dict[str, Any] = _document()
 OPENAPI_JSON: bytes = json.dumps(OPENAPI, separators=(",", ":")).encode()
 
-_DOC_URI = "urn:agentgym:mock-api:openapi"
-_REGISTRY = Registry().with_resource(_DOC_URI, Resource.from_contents(OPENAPI, default_specification=DRAFT202012))
-_VALIDATORS: dict[str, jsonschema.Draft202012Validator] = {
-    name: jsonschema.Draft202012Validator({"$ref": f"{_DOC_URI}#/components/schemas/{name}"}, registry=_REGISTRY) for name in SCHEMAS
-}
-_QUERY_VALIDATORS: dict[str, jsonschema.Draft202012Validator] = {
-    op.operation_id: jsonschema.Draft202012Validator(_obj([], op.query)) for op in OPERATIONS
-}
+def inline_schema(schema: Any) -> Any:
+    """``schema`` with every component ``$ref`` replaced by the component itself.
+
+    The components are not recursive, and inlined schemas validate about twice as fast as
+    ``$ref`` lookups through a registry (measured).
+    """
+    if isinstance(schema, dict):
+        if "$ref" in schema:
+            return inline_schema(SCHEMAS[schema["$ref"].rsplit("/", 1)[1]])
+        return {key: inline_schema(value) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [inline_schema(value) for value in schema]
+    return schema
+
+
+_VALIDATORS = {name: jsonschema.Draft202012Validator(inline_schema(schema)) for name, schema in SCHEMAS.items()}
+_QUERY_VALIDATORS = {op.operation_id: jsonschema.Draft202012Validator(_obj([], op.query)) for op in OPERATIONS}
 
 
 def schema_errors(schema_name: str, instance: Any, where: str) -> list[dict[str, str]]:

@@ -9,7 +9,6 @@ from there, so nothing depends on the wall clock.
 
 from __future__ import annotations
 
-import copy
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ __all__ = [
     "TEAMS",
     "TIERS",
     "World",
+    "draw_subject",
     "generate_world",
     "timestamp",
 ]
@@ -115,7 +115,9 @@ class World:
 
     def copy(self) -> World:
         """An independent deep copy (episodes mutate their world)."""
-        return World(copy.deepcopy(self.tables), dict(self.next_id), self.api_key)
+        # Records are flat except for their tag lists; this is ~10x faster than copy.deepcopy.
+        tables = {name: {i: {k: list(v) if isinstance(v, list) else v for k, v in r.items()} for i, r in rows.items()} for name, rows in self.tables.items()}
+        return World(tables, dict(self.next_id), self.api_key)
 
     def add(self, table: str, record: Record) -> Record:
         """Insert ``record`` under the table's next id and return it (with its ``id``)."""
@@ -175,9 +177,11 @@ def _customers(rng: random.Random, world: World) -> None:
         })
 
 
-def _subject(rng: random.Random, template: str) -> str:
+def draw_subject(rng: random.Random) -> tuple[str, list[str]]:
+    """A support-ticket subject and its topic tags, drawn like the world's own tickets."""
+    template, tags = rng.choice(TOPICS)
     values = {key: rng.choice(options) for key, options in FILLERS.items()}
-    return template.format(n=rng.randrange(10000, 100000), m=rng.randrange(5, 95), pct=rng.randrange(5, 100), **values)
+    return template.format(n=rng.randrange(10000, 100000), m=rng.randrange(5, 95), pct=rng.randrange(5, 100), **values), list(tags)
 
 
 def _tickets(rng: random.Random, world: World) -> None:
@@ -186,13 +190,13 @@ def _tickets(rng: random.Random, world: World) -> None:
     customers = list(world.customers)
     drafts: list[Record] = []
     for _ in range(rng.randint(170, 220)):
-        template, tags = rng.choice(TOPICS)
+        subject, tags = draw_subject(rng)
         status = rng.choices(STATUSES, weights=[12, 28, 15, 25, 20])[0]
         # Inactive agents keep only finished work; new tickets are not assigned yet.
         assignee = None if status == "new" else rng.choice(everyone if status in ("solved", "closed") else active)
         extra = ["vip"] if rng.random() < 0.1 else []
         drafts.append({
-            "subject": _subject(rng, template),
+            "subject": subject,
             "status": status,
             "priority": rng.choices(PRIORITIES, weights=[20, 45, 25, 10])[0],
             "requester_id": rng.choice(customers),

@@ -1,0 +1,272 @@
+"""Grading programs that run inside sandboxes, and the typed value encoding they speak.
+
+Two roles, each a separate sandbox and interpreter, connected only through the grader on the
+host, one JSON object per line:
+
+- :func:`serve` runs next to the submission. It loads ``solution.py`` as a module, says
+  ``{"ready": true}``, then answers call requests ``{"call": name, "args": [...], "kwargs": {...}}``
+  with ``{"value": ...}`` or ``{"raised": type name, "message": text}``.
+- :func:`drive` runs assertion-style tests (HumanEval's ``check``, MBPP's asserts) with no
+  submitted code in its interpreter: the function under test is a proxy whose calls go to the
+  submission's sandbox and whose results come back through :func:`decode` as plain builtin
+  values. It ends with ``{"done": true, "passed": n, "total": m}``.
+
+Expected values therefore never enter the submission's interpreter, and whatever the
+submission returns reaches a comparison only as data: exact builtin types, no user classes, no
+``__eq__`` of its choosing. Both roles talk on a private duplicate of the original standard
+output; anything the code prints goes to standard error instead.
+
+The host imports this module for :func:`encode`/:func:`decode` and ships its source into the
+sandbox (stdlib only, self-contained).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import os
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+MAX_DEPTH = 64
+_SCALARS = (type(None), bool, int, str)
+_BUILTIN_VALUES = (int, float, str, bytes, complex, list, tuple, dict, set, frozenset)
+
+
+class Unencodable(TypeError):
+    """A value has a type the encoding does not carry (including subclasses of builtins)."""
+
+
+def encode(value: Any, depth: int = 0) -> Any:
+    """A JSON-ready tree for ``value`` that records exact builtin types.
+
+    ``None``/``bool``/``int``/``str`` stay JSON scalars, ``list`` a JSON array; finite floats
+    are ``{"float": repr}``; everything else is a one-key object naming its type: ``tuple``,
+    ``dict`` (a list of key/value pairs), ``set``, ``frozenset``, ``bytes`` (base64),
+    ``complex`` or ``object`` (class name and attributes, for plain data classes). Subclasses of
+    builtins are refused, so an ``int`` whose ``__eq__`` always says yes cannot pass as an int.
+    """
+    if depth > MAX_DEPTH:
+        raise Unencodable("value nested too deeply")
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is float:
+        return {"float": repr(value)}
+    if kind is list:
+        return [encode(v, depth + 1) for v in value]
+    if kind is tuple:
+        return {"tuple": [encode(v, depth + 1) for v in value]}
+    if kind is dict:
+        return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if kind is set or kind is frozenset:
+        return {kind.__name__: [encode(v, depth + 1) for v in value]}
+    if kind is bytes:
+        return {"bytes": base64.b64encode(value).decode("ascii")}
+    if kind is complex:
+        return {"complex": [repr(value.real), repr(value.imag)]}
+    if isinstance(value, _BUILTIN_VALUES):
+        raise Unencodable(f"values of type {kind.__name__} (a subclass of a builtin type) cannot be returned")
+    attributes = getattr(value, "__dict__", None)
+    if type(attributes) is dict and kind.__module__ != "builtins":
+        return {"object": [kind.__name__, {str(k): encode(v, depth + 1) for k, v in attributes.items() if type(k) is str}]}
+    raise Unencodable(f"values of type {kind.__name__} cannot be returned")
+
+
+def decode(tree: Any, classes: Callable[[str], Any] | None = None, depth: int = 0) -> Any:
+    """The value :func:`encode` described, built from builtin types only.
+
+    ``classes`` maps a class name to a class for ``object`` entries; without it (or when it
+    returns ``None``) they become :class:`types.SimpleNamespace`.
+    """
+    if depth > MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    if type(tree) in _SCALARS:
+        return tree
+    if type(tree) is list:
+        return [decode(v, classes, depth + 1) for v in tree]
+    if type(tree) is not dict or len(tree) != 1:
+        raise ValueError(f"malformed encoded value {str(tree)[:80]}")
+    (tag, body), = tree.items()
+    if tag == "float" and type(body) is str:
+        return float(body)
+    if tag == "tuple" and type(body) is list:
+        return tuple(decode(v, classes, depth + 1) for v in body)
+    if tag == "dict" and type(body) is list and all(type(p) is list and len(p) == 2 for p in body):
+        return {decode(k, classes, depth + 1): decode(v, classes, depth + 1) for k, v in body}
+    if tag in ("set", "frozenset") and type(body) is list:
+        items = (decode(v, classes, depth + 1) for v in body)
+        return set(items) if tag == "set" else frozenset(items)
+    if tag == "bytes" and type(body) is str:
+        return base64.b64decode(body)
+    if tag == "complex" and type(body) is list and len(body) == 2:
+        return complex(float(body[0]), float(body[1]))
+    if tag == "object" and type(body) is list and len(body) == 2 and type(body[1]) is dict:
+        cls = classes(body[0]) if classes is not None else None
+        instance = types.SimpleNamespace() if not isinstance(cls, type) else cls.__new__(cls)
+        for key, item in body[1].items():
+            setattr(instance, key, decode(item, classes, depth + 1))
+        return instance
+    raise ValueError(f"malformed encoded value {str(tree)[:80]}")
+
+
+# ------------------------------------------------------------------------ the two roles
+
+
+def _channel() -> tuple[Any, Any]:
+    """The protocol's reader and writer; the code's own prints are sent to standard error."""
+    reader = os.fdopen(os.dup(0), "r", encoding="utf-8")
+    writer = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    return reader, writer
+
+
+def _say(writer: Any, message: dict[str, Any]) -> None:
+    writer.write(json.dumps(message) + "\n")
+    writer.flush()
+
+
+def _describe(exc: BaseException) -> dict[str, Any]:
+    try:
+        text = str(exc)[:500]
+    except BaseException:  # noqa: BLE001 - a hostile __str__ still yields a reply
+        text = ""
+    return {"raised": type(exc).__name__, "message": text}
+
+
+def serve(path: str, names: list[str]) -> None:
+    """Load the submission at ``path`` and answer calls to the functions in ``names``."""
+    reader, writer = _channel()
+    module = types.ModuleType("solution")
+    module.__file__ = path
+    sys.modules["solution"] = module
+    try:
+        with open(path, encoding="utf-8") as handle:
+            source = handle.read()
+        exec(compile(source, path, "exec"), module.__dict__)
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: the submission never became ready
+        _say(writer, {"ready": False} | _describe(exc))
+        return
+    namespace = module.__dict__
+    _say(writer, {"ready": True})
+    for line in reader:
+        try:
+            request = json.loads(line)
+            name = request["call"]
+            function = namespace.get(name) if name in names else None
+            if not callable(function):
+                raise NameError(f"the submission defines no function {name!r}")
+            args = decode(request.get("args", []), namespace.get)
+            kwargs = decode(request.get("kwargs", {"dict": []}), namespace.get)
+            reply = {"value": encode(function(*args, **kwargs))}
+        except BaseException as exc:  # noqa: BLE001 - whatever the code raises is its answer
+            reply = _describe(exc)
+        _say(writer, reply)
+
+
+class CandidateError(Exception):
+    """The function under test raised (in its own sandbox); carries the exception's name."""
+
+
+def drive(spec: dict[str, Any]) -> None:
+    """Run a test specification against proxies of the submission's functions.
+
+    ``spec["kind"]`` is ``"check"`` (HumanEval: ``prompt``, ``test``, ``entry_point``; passes
+    iff ``check(candidate)`` returns) or ``"asserts"`` (MBPP: ``setup``, ``reference`` for the
+    classes the setup needs, ``asserts``, ``names``; one point per assert).
+    """
+    reader, writer = _channel()
+    namespace: dict[str, Any] = {"__name__": "__test__"}
+
+    def proxy(name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            _say(writer, {"call": name, "args": encode(list(args)), "kwargs": encode(kwargs)})
+            reply = json.loads(reader.readline() or "null")
+            if not isinstance(reply, dict):
+                raise CandidateError("the submission stopped answering")
+            if "value" in reply:
+                return decode(reply["value"], namespace.get)
+            raise CandidateError(f"{reply.get('raised')}: {reply.get('message')}")
+
+        call.__name__ = name
+        return call
+
+    passed, total, failures = 0, 1, []
+    try:
+        if spec["kind"] == "check":
+            exec(spec["prompt"], namespace)
+            namespace[spec["entry_point"]] = proxy(spec["entry_point"])  # some checks call it by name
+            exec(spec["test"], namespace)
+            try:
+                namespace["check"](proxy(spec["entry_point"]))
+                passed = 1
+            except Exception as exc:  # noqa: BLE001 - a failed check is a result
+                failures.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+        else:
+            if spec.get("reference"):
+                exec(spec["reference"], namespace)
+            if spec.get("setup"):
+                exec(spec["setup"], namespace)
+            for name in spec["names"]:
+                namespace[name] = proxy(name)
+            total = len(spec["asserts"])
+            for index, statement in enumerate(spec["asserts"]):
+                try:
+                    exec(statement, namespace)
+                    passed += 1
+                except Exception as exc:  # noqa: BLE001 - a failed assert is a result
+                    failures.append(f"assert {index}: {type(exc).__name__}: {str(exc)[:200]}")
+    except Exception as exc:  # noqa: BLE001 - broken test code fails everything
+        passed, failures = 0, [f"test setup failed: {type(exc).__name__}: {str(exc)[:200]}"]
+    _say(writer, {"done": True, "passed": passed, "total": total, "failures": failures[:5]})
+
+
+def canonical(tree: Any) -> str:
+    """A canonical text of an encoded value (for order-free comparison of keys and set items)."""
+    return json.dumps(tree, sort_keys=True, separators=(",", ":"))
+
+
+def same(expected: Any, actual: Any, rel_tol: float = 1e-9, abs_tol: float = 1e-9) -> bool:
+    """Whether two encoded values are equal: exact types, dicts and sets in any order, floats
+    within a tolerance (NaN equals NaN). Works on the encoded trees, so nothing the submission
+    returned is ever turned back into an object on the host."""
+    if type(expected) is not type(actual):
+        return False
+    if type(expected) is list:
+        return len(expected) == len(actual) and all(same(e, a, rel_tol, abs_tol) for e, a in zip(expected, actual))
+    if type(expected) is not dict:
+        return bool(expected == actual)
+    if len(expected) != 1 or expected.keys() != actual.keys():
+        return False
+    (tag, want), = expected.items()
+    got = actual[tag]
+    if tag == "float":
+        return _close(want, got, rel_tol, abs_tol)
+    if tag == "complex":
+        return type(got) is list and len(got) == 2 and all(_close(w, g, rel_tol, abs_tol) for w, g in zip(want, got))
+    if tag == "tuple":
+        return same(want, got, rel_tol, abs_tol)
+    if tag in ("set", "frozenset"):
+        return type(got) is list and sorted(map(canonical, want)) == sorted(map(canonical, got))
+    if tag == "dict":
+        if type(got) is not list or not all(type(p) is list and len(p) == 2 for p in got) or len(want) != len(got):
+            return False
+        by_key = {canonical(k): v for k, v in got}
+        return len(by_key) == len(got) and all(canonical(k) in by_key and same(v, by_key[canonical(k)], rel_tol, abs_tol) for k, v in want)
+    return canonical(want) == canonical(got)  # bytes, objects: exact
+
+
+def _close(want: Any, got: Any, rel_tol: float, abs_tol: float) -> bool:
+    if type(want) is not str or type(got) is not str:
+        return False
+    try:
+        x, y = float(want), float(got)
+    except ValueError:
+        return False
+    return (math.isnan(x) and math.isnan(y)) or math.isclose(x, y, rel_tol=rel_tol, abs_tol=abs_tol)

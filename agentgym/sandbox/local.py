@@ -1,0 +1,417 @@
+"""The local backend: Linux namespaces, a read-only runtime-only mount view and a warm fork server.
+
+This module is the host side. It starts the fork server (``_zygote.py``) once per backend,
+writes its user-namespace id maps (which needs root), and talks to it over a Unix socket:
+``open``/``close`` create and delete episode workspaces, ``run`` passes four pipe ends for a new
+sandbox (standard input, output, error and a status pipe) and ``kill`` stops a run. What the
+sandboxes run travels on the pipes, never through the server.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import itertools
+import json
+import os
+import select
+import socket
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+from agentgym.sandbox.backend import Backend, Capture, SandboxProcess
+from agentgym.sandbox.limits import Limits
+from agentgym.sandbox.result import ExecResult, SandboxError, SandboxUnavailable
+
+__all__ = ["LocalBackend", "runtime_view", "UID_BASE"]
+
+# Host uids the sandboxes' user namespaces map to: 65536 ids no real account uses.
+UID_BASE = 0x60000000
+UID_COUNT = 65536
+STARTUP_TIMEOUT_S = 30.0
+GRACE_S = 5.0  # host-side patience beyond a run's wall-clock limit before declaring the server stuck
+CONTROL_TIMEOUT_S = 10.0
+# Pre-imported by the fork server so runs do not pay for them; all stdlib.
+WARM_IMPORTS = (
+    "abc", "array", "base64", "bisect", "calendar", "cmath", "collections", "copy", "csv", "dataclasses",
+    "datetime", "decimal", "enum", "fractions", "functools", "hashlib", "heapq", "inspect", "io",
+    "itertools", "json", "math", "numbers", "operator", "pathlib", "random", "re", "statistics",
+    "string", "struct", "textwrap", "traceback", "typing", "unicodedata",
+)  # fmt: skip
+_STAGING_CANDIDATES = ("/tmp", "/mnt", "/media", "/srv", "/opt")
+
+
+def runtime_view(python: str | None = None) -> tuple[list[str], list[str]]:
+    """What the sandbox sees of the host: paths bound read-only, and folders inside them masked.
+
+    Exposed: the interpreter binary, its standard library (with ``lib-dynload``), the folders
+    holding the shared libraries those link against (as ``ldd`` resolves them) and the loader
+    cache. Whole library folders rather than single files keep the view to a dozen mounts, and
+    every run copies the view: that is most of what a run's mount namespace costs. Masked: the
+    interpreter's ``site-packages``, so installed third-party packages stay invisible.
+    """
+    python = os.path.realpath(python or sys.executable)
+    stdlib = os.path.realpath(sysconfig.get_path("stdlib"))
+    platstdlib = os.path.realpath(sysconfig.get_path("platstdlib"))
+    binaries = [python, *sorted(glob.glob(os.path.join(platstdlib, "lib-dynload", "*.so")))]
+    expose = {python, stdlib, platstdlib, *(os.path.dirname(os.path.realpath(p)) for p in _shared_libraries(binaries))}
+    if os.path.exists("/etc/ld.so.cache"):
+        expose.add("/etc/ld.so.cache")
+    # The loader finds libraries by the paths ldd printed (e.g. through the /lib link), so the
+    # links on those paths must exist in the view too.
+    expose |= {p for p in _shared_libraries(binaries) if os.path.realpath(p) != p}
+    mask = set()
+    for key in ("purelib", "platlib"):
+        site = os.path.realpath(sysconfig.get_path(key))
+        if any(site.startswith(p + "/") for p in expose) and os.path.isdir(site):
+            mask.add(site)
+    # Real paths first, shorter first: a bound folder makes everything below it visible, and
+    # a linked path then only needs its links.
+    return sorted(expose, key=lambda p: (os.path.realpath(p) != p, p.count("/"), p)), sorted(mask)
+
+
+def _shared_libraries(binaries: list[str]) -> set[str]:
+    try:
+        out = subprocess.run(["ldd", *binaries], capture_output=True, text=True, timeout=60, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        # No ldd: fall back to the library folders themselves.
+        return {p for p in ("/lib", "/lib64", "/usr/lib", "/usr/lib64") if os.path.exists(p)}
+    libraries = set()
+    for line in out.splitlines():
+        line = line.strip()
+        target = line.split("=>", 1)[1].strip() if "=>" in line else line
+        path = target.split(" (", 1)[0].strip()
+        if path.startswith("/") and os.path.exists(path):
+            libraries.add(path)
+    return libraries
+
+
+def _staging_dir(expose: list[str]) -> str:
+    # The launcher mounts the new root over this folder in its private mount namespace, so it
+    # must not hold anything the view exposes; the host never sees the mount.
+    for candidate in _STAGING_CANDIDATES:
+        if os.path.isdir(candidate) and not os.path.islink(candidate) and not any(p.startswith(candidate + "/") for p in expose):
+            return candidate
+    raise SandboxUnavailable(f"no folder among {_STAGING_CANDIDATES} can stage the sandbox's root")
+
+
+class LocalBackend(Backend):
+    """Sandboxes from Linux namespaces on this machine (needs Linux and root; see docs/security.md)."""
+
+    name = "local"
+
+    def __init__(self) -> None:
+        if not sys.platform.startswith("linux"):
+            raise SandboxUnavailable("the local sandbox backend needs Linux namespaces")
+        if os.geteuid() != 0:
+            raise SandboxUnavailable("the local sandbox backend needs root to map its user namespaces; use backend='docker'")
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._dead: str | None = None
+        self._closing: collections.deque[str] = collections.deque()
+        self._sock, self._proc = _launch()
+        self._finalizer = weakref.finalize(self, _shutdown, self._sock, self._proc)
+
+    # --------------------------------------------------------------------- Backend API
+
+    def open_workspace(self, limits: Limits) -> str:
+        workspace = f"w{next(self._ids)}"
+        inodes = max(1024, limits.workspace_bytes // 4096)
+        reply = self._call({"op": "open", "workspace": workspace, "bytes": limits.workspace_bytes, "inodes": inodes})
+        if not reply.get("ok"):
+            raise SandboxError(f"could not create a workspace: {reply.get('error')}")
+        return workspace
+
+    def close_workspace(self, workspace: str) -> None:
+        # Safe to call from a finalizer: if this thread already holds the lock (garbage
+        # collection inside a send), the close is queued and goes out with the next message.
+        self._closing.append(workspace)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._flush_closing()
+            finally:
+                self._lock.release()
+
+    def start(self, workspace: str | None, request: bytes, limits: Limits) -> SandboxProcess:
+        run_id = f"r{next(self._ids)}"
+        stdin_r, stdin_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        status_r, status_w = os.pipe()
+        message = {"op": "run", "run": run_id, "workspace": workspace, "limits": limits.to_dict()}
+        try:
+            self._send(message, [stdin_r, out_w, err_w, status_w])
+        except BaseException:
+            for fd in (stdin_w, out_r, err_r, status_r):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (stdin_r, out_w, err_w, status_w):
+                os.close(fd)
+        return LocalProcess(self, run_id, stdin_w, out_r, err_r, status_r, limits, request)
+
+    def kill(self, run_id: str) -> None:
+        """Ask the server to kill a run's process tree."""
+        if self._dead is None:
+            self._send({"op": "kill", "run": run_id}, [])
+
+    def close(self) -> None:
+        self._dead = self._dead or "closed"
+        self._finalizer()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the fork server is still serving."""
+        return self._dead is None and self._proc.poll() is None
+
+    # -------------------------------------------------------------------- control socket
+
+    def _send(self, message: dict[str, Any], fds: list[int]) -> None:
+        with self._lock:
+            self._check_alive()
+            self._flush_closing()
+            try:
+                socket.send_fds(self._sock, [json.dumps(message).encode()], fds)
+            except OSError as exc:
+                raise self._died(f"{exc}") from None
+
+    def _flush_closing(self) -> None:
+        while self._closing and self._dead is None:
+            try:
+                self._sock.send(json.dumps({"op": "close", "workspace": self._closing.popleft()}).encode())
+            except OSError as exc:
+                self._died(f"{exc}")
+
+    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
+        # Only "open" gets a reply, and the lock keeps one in flight at a time.
+        with self._lock:
+            self._check_alive()
+            self._flush_closing()
+            try:
+                self._sock.send(json.dumps(message).encode())
+                reply = _receive(self._sock, CONTROL_TIMEOUT_S)
+            except (OSError, TimeoutError) as exc:
+                raise self._died(f"{exc}") from None
+            if reply is None:
+                raise self._died("it closed the control socket")
+            return reply
+
+    def _check_alive(self) -> None:
+        if self._dead is not None:
+            raise SandboxError(f"the local sandbox backend is not running ({self._dead})")
+
+    def _died(self, why: str) -> SandboxError:
+        self._dead = f"the fork server stopped: {why}{_stderr_tail(self._proc)}"
+        return SandboxError(self._dead)
+
+
+def _launch() -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """Start the fork server and answer its handshake (uid/gid maps); raise if it cannot start."""
+    python = os.path.realpath(sys.executable)
+    expose, mask = runtime_view(python)
+    parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    config = {
+        "control_fd": child.fileno(),
+        "expose": expose,
+        "mask": mask,
+        "staging_dir": _staging_dir(expose),
+        "warm_imports": list(WARM_IMPORTS),
+    }
+    script = resources.files("agentgym.sandbox") / "_zygote.py"
+    env = {"PYTHONHASHSEED": "0", "LANG": "C.UTF-8", "PATH": os.path.dirname(python)}
+    proc = subprocess.Popen(
+        [python, "-S", "-s", "-P", "-B", "-X", "utf8", str(script), json.dumps(config)],
+        pass_fds=(child.fileno(),),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd="/",
+        start_new_session=True,  # terminal signals go to the host, which decides
+    )
+    child.close()
+    try:
+        if _receive(parent, STARTUP_TIMEOUT_S) != {"event": "userns"}:
+            raise OSError("unexpected handshake")
+        for kind in ("uid", "gid"):
+            with open(f"/proc/{proc.pid}/{kind}_map", "w") as handle:
+                handle.write(f"0 {UID_BASE} {UID_COUNT}\n")
+        parent.send(json.dumps({"op": "go"}).encode())
+        if _receive(parent, STARTUP_TIMEOUT_S) != {"event": "ready"}:
+            raise OSError("unexpected handshake")
+    except (OSError, TimeoutError, ValueError) as exc:
+        _shutdown(parent, proc)
+        raise SandboxUnavailable(f"the local sandbox could not start ({exc or type(exc).__name__}){_stderr_tail(proc)}") from None
+    return parent, proc
+
+
+def _receive(sock: socket.socket, timeout: float) -> dict[str, Any] | None:
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    if not poller.poll(timeout * 1000):
+        raise TimeoutError(f"no answer from the fork server within {timeout:g} s")
+    data = sock.recv(1 << 16)
+    return json.loads(data) if data else None
+
+
+def _stderr_tail(proc: subprocess.Popen[bytes]) -> str:
+    if proc.stderr is None or proc.poll() is None:
+        return ""
+    try:
+        text = proc.stderr.read().decode(errors="replace").strip()
+    except (OSError, ValueError):
+        return ""
+    return f": {text[-2000:]}" if text else ""
+
+
+def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
+    # Closing the socket makes the server exit, which kills every sandbox in its pid namespace.
+    sock.close()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
+class LocalProcess(SandboxProcess):
+    """Host end of one run: non-blocking pipes multiplexed with ``poll``."""
+
+    def __init__(
+        self, backend: LocalBackend, run_id: str, stdin_w: int, out_r: int, err_r: int, status_r: int, limits: Limits, request: bytes
+    ):
+        self._backend = backend
+        self._run_id = run_id
+        self._stdin: int | None = stdin_w
+        self._pending = bytearray(request)
+        self._closing_stdin = False
+        self._out = Capture(limits.max_output_bytes)
+        self._err = Capture(limits.max_output_bytes)
+        self._out_fd = out_r
+        self._status_fd = status_r
+        self._status = bytearray()
+        self._open: dict[int, Capture | None] = {out_r: self._out, err_r: self._err, status_r: None}
+        self._deadline = time.monotonic() + limits.wall_time_s + GRACE_S
+        self._killed = False
+        for fd in (stdin_w, out_r, err_r, status_r):
+            os.set_blocking(fd, False)
+
+    def send(self, data: bytes, timeout: float) -> None:
+        if self._stdin is None:
+            return
+        self._pending += data
+        if not self._pump(lambda: not self._pending or self._stdin is None, time.monotonic() + timeout):
+            raise TimeoutError("the sandboxed program is not reading its input")
+
+    def readline(self, timeout: float) -> bytes:
+        def ready() -> bool:
+            return b"\n" in self._out.data or self._out.full() or self._out_fd not in self._open
+
+        if not self._pump(ready, time.monotonic() + timeout):
+            raise TimeoutError(f"no line of output within {timeout:g} s")
+        return self._out.take_line()
+
+    def wait(self) -> ExecResult:
+        self._closing_stdin = True
+        if not self._pump(lambda: not self._open, self._deadline):
+            self.kill()
+            if not self._pump(lambda: not self._open, time.monotonic() + GRACE_S):
+                self._close_all()
+                raise SandboxError("the sandbox did not report the end of the run")
+        status = json.loads(self._status or b"{}")
+        if "error" in status:
+            raise SandboxError(status["error"])
+        if "returncode" not in status:
+            raise SandboxError("the fork server ended the run without a status")
+        return ExecResult(
+            stdout=self._out.text(),
+            stderr=self._err.text(),
+            returncode=int(status["returncode"]),
+            timed_out=bool(status.get("timed_out")),
+            stdout_truncated=self._out.truncated,
+            stderr_truncated=self._err.truncated,
+        )
+
+    def kill(self) -> None:
+        if not self._killed and self._status_fd in self._open:
+            self._killed = True
+            try:
+                self._backend.kill(self._run_id)
+            except SandboxError:
+                pass  # a dead server has already killed everything it ran
+
+    def __del__(self) -> None:
+        self._close_all()
+
+    # ------------------------------------------------------------------------ internals
+
+    def _pump(self, done: Callable[[], bool], until: float) -> bool:
+        """Move data until ``done()`` or ``until`` (monotonic); False on timeout."""
+        while not done():
+            poller = select.poll()
+            for fd in self._open:
+                poller.register(fd, select.POLLIN)
+            if self._stdin is not None and (self._pending or self._closing_stdin):
+                poller.register(self._stdin, select.POLLOUT)
+            elif not self._open:
+                return done()
+            left = until - time.monotonic()
+            if left <= 0:
+                return False
+            for fd, _ in poller.poll(left * 1000):
+                if fd == self._stdin:
+                    self._feed()
+                elif fd in self._open:
+                    self._drain(fd)
+        return True
+
+    def _feed(self) -> None:
+        assert self._stdin is not None
+        try:
+            while self._pending:
+                written = os.write(self._stdin, self._pending[: 1 << 16])
+                del self._pending[:written]
+        except BlockingIOError:
+            return
+        except OSError:  # the program is gone or closed its input: what is left is dropped
+            self._pending.clear()
+            self._closing_stdin = True
+        if not self._pending and self._closing_stdin:
+            os.close(self._stdin)
+            self._stdin = None
+
+    def _drain(self, fd: int) -> None:
+        capture = self._open[fd]
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not chunk:
+            del self._open[fd]
+            os.close(fd)
+            if fd == self._status_fd and self._stdin is not None:
+                os.close(self._stdin)  # the run is over; nobody reads its input any more
+                self._stdin = None
+                self._pending.clear()
+            return
+        if capture is None:
+            self._status += chunk
+        else:
+            capture.add(chunk)
+
+    def _close_all(self) -> None:
+        for fd in list(self._open):
+            os.close(fd)
+        self._open.clear()
+        if self._stdin is not None:
+            os.close(self._stdin)
+            self._stdin = None

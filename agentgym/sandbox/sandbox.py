@@ -1,0 +1,137 @@
+"""The public face of the sandbox: one :class:`Sandbox` per episode, on a shared backend."""
+
+from __future__ import annotations
+
+import atexit
+import threading
+from collections.abc import Mapping
+from types import TracebackType
+
+from agentgym.sandbox.backend import Backend, SandboxProcess, encode_request
+from agentgym.sandbox.limits import Limits
+from agentgym.sandbox.result import ExecResult, SandboxError, SandboxUnavailable
+
+__all__ = ["Sandbox", "get_backend", "BACKENDS"]
+
+BACKENDS = ("auto", "local", "docker")
+_shared: dict[str, Backend] = {}
+_shared_lock = threading.Lock()
+
+
+def get_backend(name: str = "auto") -> Backend:
+    """The process-wide backend called ``name``, started on first use.
+
+    ``"auto"`` picks the local namespace backend when this machine supports it, else Docker
+    when a daemon answers. A backend that cannot run raises :class:`SandboxUnavailable`; code is
+    never run unsandboxed instead.
+    """
+    if name not in BACKENDS:
+        raise ValueError(f"unknown sandbox backend {name!r}; choose one of {', '.join(BACKENDS)}")
+    with _shared_lock:
+        if name == "auto":
+            for candidate in ("local", "docker"):
+                if candidate in _shared and _alive(_shared[candidate]):
+                    return _shared[candidate]
+            reasons = []
+            for candidate in ("local", "docker"):
+                try:
+                    return _start(candidate)
+                except SandboxUnavailable as exc:
+                    reasons.append(f"{candidate}: {exc}")
+            raise SandboxUnavailable("no sandbox backend can run here (" + "; ".join(reasons) + ")")
+        if name in _shared and _alive(_shared[name]):
+            return _shared[name]
+        return _start(name)
+
+
+def _alive(backend: Backend) -> bool:
+    return bool(getattr(backend, "alive", True))
+
+
+def _start(name: str) -> Backend:
+    backend: Backend
+    if name == "local":
+        from agentgym.sandbox.local import LocalBackend
+
+        backend = LocalBackend()
+    else:
+        from agentgym.sandbox.docker import DockerBackend
+
+        backend = DockerBackend()
+    _shared[name] = backend
+    return backend
+
+
+@atexit.register
+def _close_shared() -> None:
+    with _shared_lock:
+        for backend in _shared.values():
+            backend.close()
+        _shared.clear()
+
+
+class Sandbox:
+    """An isolated workspace for one episode: runs share its files, nothing else.
+
+    Args:
+        backend: ``"auto"``, ``"local"``, ``"docker"`` or a :class:`Backend` instance.
+        limits: resource limits of every run (defaults: :class:`Limits`).
+
+    Example::
+
+        with Sandbox(limits=Limits(wall_time_s=5)) as sandbox:
+            sandbox.run("open('data.txt', 'w').write('hi')")
+            print(sandbox.run("print(open('data.txt').read())").stdout)  # hi
+    """
+
+    def __init__(self, backend: str | Backend = "auto", limits: Limits | None = None):
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(f"limits must be a Limits instance; got {type(limits).__name__}")
+        self.limits = limits or Limits()
+        self.backend = get_backend(backend) if isinstance(backend, str) else backend
+        self._workspace: str | None = self.backend.open_workspace(self.limits)
+
+    def run(
+        self,
+        code: str,
+        *,
+        files: Mapping[str, str | bytes] | None = None,
+        stdin: str | bytes = b"",
+        isolated: bool = False,
+    ) -> ExecResult:
+        """Run ``code`` like ``python -c`` in the workspace and wait for it to end.
+
+        Args:
+            code: Python source.
+            files: files to write into the workspace first (relative path -> content).
+            stdin: the program's standard input.
+            isolated: like ``python -I``: the workspace is not on ``sys.path``.
+        """
+        process = self.start(code, files=files, isolated=isolated)
+        if stdin:
+            process.send(stdin.encode() if isinstance(stdin, str) else stdin, timeout=self.limits.wall_time_s)
+        return process.wait()
+
+    def start(self, code: str, *, files: Mapping[str, str | bytes] | None = None, isolated: bool = False) -> SandboxProcess:
+        """Start ``code`` and return the running process, whose standard input stays open."""
+        if self._workspace is None:
+            raise SandboxError("this sandbox is closed")
+        return self.backend.start(self._workspace, encode_request(code, files, isolated=isolated), self.limits)
+
+    def close(self) -> None:
+        """Delete the workspace (idempotent). The shared backend keeps serving other sandboxes."""
+        if self._workspace is not None:
+            workspace, self._workspace = self._workspace, None
+            self.backend.close_workspace(workspace)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except (SandboxError, AttributeError):
+            pass  # best effort at garbage collection; the backend's own shutdown removes the rest

@@ -1,0 +1,210 @@
+"""SQL-v0, SearchQA-v0 and ToolMath-v0: task data, oracles on every split, byte-identical reruns,
+the tool-result cache, and attempts to game the answer check."""
+
+import json
+from collections import Counter
+from importlib import resources
+
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+from agentgym.envs.knowledge import generate
+from agentgym.envs.knowledge.cache import ToolCache
+from agentgym.envs.knowledge.gen_search import DIFFICULTY_HOPS
+from agentgym.envs.knowledge.searchqa_env import SearchQAEnv
+from agentgym.envs.knowledge.sql_env import SQLEnv
+from agentgym.envs.knowledge.toolmath_env import ToolMathEnv
+from agentgym.parsing import format_tool_call
+from agentgym.rollout import run_episode, summarize, to_json_line
+
+ENVS = {"sql": SQLEnv, "searchqa": SearchQAEnv, "toolmath": ToolMathEnv}
+SPLITS = ("train", "val", "test")
+
+
+def _shipped(family):
+    folder = resources.files("agentgym.tasks") / "knowledge" / family
+    return {split: [json.loads(line) for line in (folder / f"{split}.jsonl").read_text().splitlines()] for split in SPLITS}
+
+
+def _episodes(env, policy_name, task_ids, seed=0):
+    factory = type(env).policies()[policy_name]
+    return [run_episode(env, factory(seed + i), seed=seed + i, task_id=t, policy_name=policy_name) for i, t in enumerate(task_ids)]
+
+
+def test_shipped_tasks_are_what_the_generator_makes(tmp_path):
+    generate.write(tmp_path)
+    for family in ENVS:
+        folder = resources.files("agentgym.tasks") / "knowledge" / family
+        for split in SPLITS:
+            assert (tmp_path / family / f"{split}.jsonl").read_bytes() == (folder / f"{split}.jsonl").read_bytes()
+
+
+@pytest.mark.parametrize("family", sorted(ENVS))
+def test_task_sets_have_splits_and_difficulty_labels(family):
+    tasks = _shipped(family)
+    assert {split: len(t) for split, t in tasks.items()} == {"train": 420, "val": 90, "test": 90}
+    every = [t for split in tasks.values() for t in split]
+    assert Counter(t["difficulty"] for t in every) == {"easy": 200, "medium": 200, "hard": 200}
+    assert len({t["task_id"] for t in every}) == len(every) == len({t["question"] for t in every})
+    assert all(t["split"] == split for split, ts in tasks.items() for t in ts)
+    if family == "searchqa":
+        assert all(DIFFICULTY_HOPS[t["difficulty"]][0] <= t["hops"] <= DIFFICULTY_HOPS[t["difficulty"]][1] for t in every)
+    if family == "toolmath":
+        assert all("Round to" in t["question"] or "exact whole number" in t["question"] for t in every)
+
+
+@pytest.mark.parametrize("split", SPLITS)
+@pytest.mark.parametrize("family", sorted(ENVS))
+def test_oracle_solves_every_task(family, split):
+    env = ENVS[family](split=split)
+    for record in _episodes(env, "oracle", env.task_ids):
+        assert record["success"] and record["reward"] == 1.0, (record["task_id"], record["reward_reason"])
+    env.close()
+
+
+@pytest.mark.parametrize("family", sorted(ENVS))
+def test_reruns_are_byte_identical(family):
+    runs = []
+    for _ in range(2):
+        env = ENVS[family](split="test")
+        task_ids = env.task_ids[:15]
+        runs.append([to_json_line(r) for policy in ("oracle", "random") for r in _episodes(env, policy, task_ids, seed=3)])
+        env.close()
+    assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("family", sorted(ENVS))
+def test_gymnasium_env_checker(family):
+    env = ENVS[family]()
+    check_env(env, skip_render_check=True)
+    env.close()
+
+
+@pytest.mark.parametrize("family", sorted(ENVS))
+def test_baselines_and_canaries_score_zero(family):
+    env = ENVS[family](split="val", max_turns=6)
+    canaries = [name for name in ENVS[family].policies() if name != "oracle"]
+    assert {"do_nothing", "random", "format_only", "tool_spam", "answer_spam"} <= set(canaries)
+    for policy in canaries:
+        summary = summarize(_episodes(env, policy, env.task_ids[:20]))
+        assert summary["mean_reward"] == 0.0 and summary["success_rate"] == 0.0, policy
+    env.close()
+
+
+def test_a_group_of_eight_shares_tool_results():
+    """The G rollouts of a GRPO group, each in its own env sharing one cache: only the first misses."""
+    cache = ToolCache()
+    envs = [SearchQAEnv(split="val", tool_cache=cache) for _ in range(8)]
+    task_id = envs[0].task_ids[0]
+    records = [_episodes(env, "oracle", [task_id])[0] for env in envs]
+    first, rest = records[0]["steps"][-1]["info"], [r["steps"][-1]["info"] for r in records[1:]]
+    assert first["cache_hits"] == 0 and first["cache_misses"] > 0
+    assert all(i["cache_misses"] == 0 and i["cache_hits"] == first["cache_misses"] for i in rest)
+    assert cache.stats.hit_rate == pytest.approx(7 / 8)
+    assert summarize(records)["cache_hit_rate"] == pytest.approx(7 / 8)
+    for env in envs:
+        env.close()
+
+
+def test_cache_scopes():
+    instance = SQLEnv(split="val")
+    off = SQLEnv(split="val", tool_cache="off")
+    task_id = instance.task_ids[0]
+    twice = _episodes(instance, "oracle", [task_id, task_id])
+    assert [r["steps"][-1]["info"]["cache_hits"] for r in twice] == [0, 1]
+    uncached = _episodes(off, "oracle", [task_id])[0]["steps"][-1]["info"]
+    assert uncached["cache_hits"] == uncached["cache_misses"] == 0
+    with pytest.raises(ValueError, match="tool_cache must be one of"):
+        SQLEnv(tool_cache="sometimes")
+    with pytest.raises(ValueError, match="max_rows"):
+        SQLEnv(max_rows=0)
+    instance.close()
+    off.close()
+
+
+def test_cached_errors_replay_exactly_and_still_count_as_tool_errors():
+    env = SQLEnv(split="val")
+    env.reset(seed=0)
+    bad = format_tool_call("sql", {"query": "SELECT nope FROM cities"})
+    first = env.step(bad)
+    second = env.step(bad)
+    assert first[0][0]["content"] == second[0][0]["content"] and "no such column" in first[0][0]["content"]
+    assert second[4]["tool_errors"] == 2 and second[4]["cache_hits"] == 1
+    env.close()
+
+
+def _play(env, task_id, actions):
+    env.reset(seed=0, options={"task_id": task_id})
+    result = None
+    for action in actions:
+        result = env.step(action)
+    return result
+
+
+def _answer(text):
+    return format_tool_call("answer", {"text": text})
+
+
+@pytest.mark.parametrize(
+    ("family", "pick", "attempt"),
+    [
+        ("searchqa", lambda t: t["answer"]["type"] == "number", lambda v: f"{v} or {v + 1}"),  # hedging between candidates
+        ("searchqa", lambda t: t["answer"]["type"] == "number", lambda v: f"{v + 1}"),
+        ("searchqa", lambda t: t["answer"]["type"] == "text", lambda v: f"{v} (or maybe not)"),
+        ("sql", lambda t: t["answer"]["type"] == "list", lambda v: ", ".join(v + ["The Amber Lantern"])),  # a superset
+        ("sql", lambda t: t["answer"]["type"] == "list" and len(t["answer"]["value"]) > 1, lambda v: ", ".join(v[1:])),
+        ("toolmath", lambda t: t["answer"]["tolerance"] > 0, lambda v: f"{v + 3 * 10 ** -2}" if v < 1000 else f"{v + 5}"),
+        ("toolmath", lambda t: True, lambda v: "I cannot compute this"),
+    ],
+)
+def test_gaming_attempts_fail(family, pick, attempt):
+    env = ENVS[family](split="test")
+    task = next(t for t in env.tasks if pick(t))
+    _, reward, terminated, _, info = _play(env, task["task_id"], [_answer(attempt(task["answer"]["value"]))])
+    assert terminated and reward == 0.0 and info["success"] is False
+    env.close()
+
+
+def test_right_answer_in_other_forms_passes():
+    env = SearchQAEnv(split="test")
+    number = next(t for t in env.tasks if t["answer"]["type"] == "number" and t["answer"]["value"] >= 1000)
+    text = next(t for t in env.tasks if t["answer"]["type"] == "text")
+    for task, given in ((number, f"{number['answer']['value']:,}"), (text, f"  THE {text['answer']['value'].upper()}. ")):
+        _, reward, _, _, info = _play(env, task["task_id"], [_answer(given)])
+        assert info["success"] and reward == 1.0, given
+    env.close()
+
+
+def test_format_points_cannot_rescue_a_wrong_answer():
+    env = SQLEnv(split="test")
+    task = env.tasks[0]
+    actions = [format_tool_call("sql", {"query": "SELECT 1"})] * 3 + [_answer("certainly not the answer")]
+    _, reward, _, _, info = _play(env, task["task_id"], actions)
+    assert reward == 0.0 and info["reward_components"]["format"] == 1.0 and info["reward_components"]["execution"] == 1.0
+    env.close()
+
+
+def test_errors_and_malformed_turns_lower_a_correct_answer():
+    env = SQLEnv(split="test")
+    task = next(t for t in env.tasks if t["answer"]["type"] == "text")
+    actions = ["<tool_call>{oops</tool_call>", format_tool_call("sql", {"query": "SELEC 1"}), _answer(task["answer"]["value"])]
+    _, reward, _, _, info = _play(env, task["task_id"], actions)
+    assert info["success"] and reward == pytest.approx(0.1 * 2 / 3 + 0.4 * 1 / 2 + 0.5)
+    env.close()
+
+
+def test_missing_answer_truncates_with_zero():
+    env = ToolMathEnv(split="val", max_turns=2)
+    _, reward, terminated, truncated, info = _play(env, env.task_ids[0], [format_tool_call("calculator", {"expression": "1+1"})] * 2)
+    assert truncated and not terminated and reward == 0.0 and "no answer" in info["reward_reason"]
+    env.close()
+
+
+def test_observations_show_the_tools_and_schema():
+    env = SQLEnv(split="val")
+    observation, _ = env.reset(seed=1)
+    assert "TABLE companies" in observation[0]["content"] and "FOREIGN KEYS" in observation[0]["content"]
+    assert observation[1]["content"] == env.task["question"]
+    assert [t["function"]["name"] for t in env.tools] == ["answer", "sql"]
+    assert [t["function"]["name"] for t in ToolMathEnv(split="val").tools] == ["answer", "search", "open", "calculator"]
+    env.close()
