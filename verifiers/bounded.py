@@ -73,6 +73,9 @@ class _Worker:
             str(memory_limit_mb or 0),
             *preload,
         ]
+        # One call at a time needs no BLAS threads, and on a many-core host their per-thread
+        # buffers would eat into the address-space limit.
+        env = os.environ | {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         try:
             self.process = subprocess.Popen(
                 command,
@@ -80,6 +83,7 @@ class _Worker:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 close_fds=True,
+                env=env,
             )
         finally:
             os.close(task_read)
@@ -89,13 +93,13 @@ class _Worker:
         self.ready = False
 
     def call(self, fn: Callable[..., Any] | str, args: tuple[Any, ...], timeout: float, startup_timeout: float) -> Outcome[Any]:
-        if not self.ready:
-            # Start-up (interpreter + imports) is not charged to the call's own time limit.
-            if not self._results.poll(startup_timeout):
+        # Start-up (interpreter + imports) is not charged to the call's own time limit.
+        if not self.wait_started(startup_timeout):
+            try:  # a worker that failed has closed its pipe and is exiting
+                status = self.process.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
                 return Outcome(error=f"worker did not start within {startup_timeout:g} s")
-            if self._receive() != READY:
-                return Outcome(error=f"worker failed to start (exit status {self.process.poll()})")
-            self.ready = True
+            return Outcome(error=f"worker failed to start (exit status {status})")
         try:
             self._tasks.send((fn, args, timeout + _CPU_SLACK_SECONDS))
         except (OSError, ValueError) as exc:
@@ -113,6 +117,12 @@ class _Worker:
             return self._results.recv()
         except (EOFError, OSError):
             return None
+
+    def wait_started(self, timeout: float) -> bool:
+        """Whether the worker has finished starting, waiting at most ``timeout`` seconds."""
+        if not self.ready and self._results.poll(timeout):
+            self.ready = self._receive() == READY
+        return self.ready
 
     @property
     def alive(self) -> bool:
@@ -221,7 +231,11 @@ class BoundedPool:
                 if self._closed:
                     raise RuntimeError("BoundedPool is closed")
                 if self._idle:
-                    return self._idle.pop()
+                    # Prefer a worker that has started over a replacement still importing.
+                    started = [w for w in self._idle if w.wait_started(0)]
+                    worker = started[-1] if started else self._idle[-1]
+                    self._idle.remove(worker)
+                    return worker
                 if len(self._live) < self.max_workers:
                     worker = _Worker(self.memory_limit_mb, self.preload)
                     self._live.add(worker)

@@ -17,6 +17,7 @@ Answers are answers, not whole responses: extract the final answer first
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -36,6 +37,7 @@ __all__ = [
     "check_math_equivalence",
     "math_equivalent",
     "math_equivalent_batch",
+    "numeric_shortcut",
     "prepare_answer",
     "shared_math_equivalence",
 ]
@@ -65,15 +67,17 @@ class MathCheck:
 
     Attributes:
         equivalent: whether the answers are mathematically the same.
-        method: ``"numeric"`` (exact decimal shortcut), ``"symbolic"`` (math-verify in a worker)
-            or ``"cached"``.
+        method: ``"numeric"`` (exact decimal shortcut), ``"symbolic"`` (math-verify in a worker),
+            ``"cached"``, or ``"invalid"`` (an empty answer, never compared).
         error: why the comparison could not finish (timeout, crash, bad input); the answers then
             count as not equivalent.
+        timed_out: whether the comparison was killed at its time limit.
     """
 
     equivalent: bool
-    method: Literal["numeric", "symbolic", "cached"]
+    method: Literal["numeric", "symbolic", "cached", "invalid"]
     error: str | None = None
+    timed_out: bool = False
 
 
 def prepare_answer(answer: str) -> str:
@@ -136,10 +140,10 @@ class _VerdictCache:
                 return None
             check, limit = hit
             # A timeout under a shorter limit says nothing about a longer one.
-            if check.error is not None and check.error.startswith("timed out") and timeout > limit:
+            if check.timed_out and timeout > limit:
                 return None
             self._items.move_to_end(key)
-            return MathCheck(check.equivalent, "cached", check.error)
+            return dataclasses.replace(check, method="cached")
 
     def put(self, key: tuple[str, str], check: MathCheck, timeout: float) -> None:
         if self._size <= 0:
@@ -194,27 +198,29 @@ class MathEquivalence:
         if limit <= 0:
             raise ValueError(f"timeout must be positive, got {limit}")
         pairs = list(pairs)
-        checks: list[MathCheck | None] = []
-        pending: dict[tuple[str, str], list[int]] = {}
+        checks: dict[int, MathCheck] = {}
+        pending: dict[tuple[str, str], list[int]] = {}  # identical pairs are compared once
         for index, (prediction, reference) in enumerate(pairs):
             _require_text(prediction, reference)
-            decided = numeric_shortcut(prediction, reference)
             key = (prepare_answer(prediction), prepare_answer(reference))
+            decided = numeric_shortcut(prediction, reference)
+            cached = self._cache.get(key, limit)
             if decided is not None:
-                checks.append(MathCheck(decided, "numeric"))
+                checks[index] = MathCheck(decided, "numeric")
             elif not key[0] or not key[1]:
-                checks.append(MathCheck(False, "numeric", "empty answer"))
+                checks[index] = MathCheck(False, "invalid", "empty answer")
+            elif cached is not None:
+                checks[index] = cached
             else:
-                checks.append(self._cache.get(key, limit))
-                if checks[-1] is None:
-                    pending.setdefault(key, []).append(index)
+                pending.setdefault(key, []).append(index)
         keys = list(pending)
         for key, outcome in zip(keys, self._pool.map(_WORKER_FUNCTION, keys, timeout=limit)):
-            check = MathCheck(bool(outcome.value) if outcome.ok else False, "symbolic", outcome.error)
-            self._cache.put(key, check, limit)
+            check = MathCheck(bool(outcome.value) if outcome.ok else False, "symbolic", outcome.error, outcome.timed_out)
+            if outcome.ok or outcome.timed_out:  # not a crash, which may not happen again
+                self._cache.put(key, check, limit)
             for index in pending[key]:
                 checks[index] = check
-        return [c for c in checks if c is not None]
+        return [checks[index] for index in range(len(pairs))]
 
     def close(self) -> None:
         """Stop the worker processes."""

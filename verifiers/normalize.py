@@ -107,7 +107,8 @@ _NUMBER = re.compile(
     re.VERBOSE | re.IGNORECASE | re.DOTALL,
 )
 # A unit is words (and / ^ exponents) with no further number in it: "km/h", "m^2", "apples".
-_UNIT = re.compile(r"^(?:[^\W\d_]+|[/^·.²³]|\^\d|\s)*$")
+# One character per repetition: a nested quantifier here would backtrack exponentially.
+_UNIT = re.compile(r"(?:[^\W\d_]|[\s/·.²³]|\^\d*)*")
 _TRAILING = re.compile(r"[\s.;:!,]+$")
 
 
@@ -130,7 +131,7 @@ def parse_number(text: str) -> ParsedNumber:
     if match is None:
         raise NumberParseError(f"no number in {_preview(text)}")
     unit = " ".join(match["unit"].split()).casefold()
-    if not _UNIT.match(unit):
+    if not _UNIT.fullmatch(unit):
         raise NumberParseError(f"expected one number, got {_preview(text)}")
     negative = (match["sign"] or match["sign2"] or "+") in "-−"
     value = -_value(match) if negative else _value(match)

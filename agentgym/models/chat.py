@@ -235,18 +235,17 @@ class ChatRenderer:
     def isolated_delta(self, new_messages: Sequence[Message]) -> str:
         """Text that follows an assistant end-of-turn token when ``new_messages`` come next.
 
-        Rendered against a fixed neutral conversation: the fallback for templates whose rendering of
-        the real conversation is not prefix-stable.
+        Rendered after a fixed neutral exchange and cut right behind its assistant turn: the fallback
+        for templates whose rendering of the real conversation is not prefix-stable.
         """
         base = [
             {"role": "system", "content": _PROBE_USER},
             {"role": "user", "content": _PROBE_USER},
             {"role": "assistant", "content": _PROBE_ASSISTANT},
         ]
-        base_text = self.render_text(base, add_generation_prompt=False)
         full = self.render_text([*base, *new_messages], add_generation_prompt=True)
         anchor = _PROBE_ASSISTANT + self.eot_text
-        at = base_text.rfind(anchor)
-        if at < 0 or not full.startswith(base_text):
-            raise TemplateError("the chat template is not prefix-stable even for a neutral conversation")
-        return base_text[at + len(anchor) :] + full[len(base_text) :]
+        at = full.find(anchor)
+        if at < 0:
+            raise TemplateError("the chat template does not close the assistant turn before the next messages")
+        return full[at + len(anchor) :]

@@ -29,6 +29,7 @@ class _Row:
     """Decoding state of one prompt."""
 
     params: SamplingParams
+    limit: int  # max_new_tokens, lowered when the model's context would run out first
     stop_ids: frozenset[int]
     generator: torch.Generator
     token_ids: list[int]
@@ -95,6 +96,7 @@ class HFBackend:
         self._pad_id = next(
             (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id, *self._model_eos) if t is not None), 0
         )
+        self._context: int | None = getattr(model.config, "max_position_embeddings", None)
 
     @property
     def device(self) -> torch.device:
@@ -106,17 +108,24 @@ class HFBackend:
     ) -> list[Generation]:
         """Sample one completion per prompt (left-padded batches of at most ``max_batch_size``)."""
         expanded = per_prompt_params(prompts, params, self.model.get_input_embeddings().num_embeddings)
+        if self._context is not None:
+            for i, prompt in enumerate(prompts):
+                if len(prompt) >= self._context:
+                    raise ValueError(f"prompt {i} has {len(prompt)} tokens; the model's context is {self._context}")
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch_size):
             end = start + self.max_batch_size
             out.extend(self._generate_batch(prompts[start:end], expanded[start:end]))
         return out
 
-    def _new_row(self, params: SamplingParams) -> _Row:
+    def _new_row(self, prompt_length: int, params: SamplingParams) -> _Row:
         generator = torch.Generator(device=self.device)
         generator.manual_seed(params.seed)
         stop_ids = stop_token_set(self.tokenizer, (*self._model_eos, *params.stop_token_ids))
-        return _Row(params=params, stop_ids=stop_ids, generator=generator, token_ids=[], logprobs=[])
+        limit = params.max_new_tokens
+        if self._context is not None:
+            limit = min(limit, self._context - prompt_length)
+        return _Row(params=params, limit=limit, stop_ids=stop_ids, generator=generator, token_ids=[], logprobs=[])
 
     def _finish_reason(self, row: _Row) -> str | None:
         if row.token_ids[-1] in row.stop_ids:
@@ -128,14 +137,14 @@ class HFBackend:
             tail = self.tokenizer.decode(row.token_ids[-window:], skip_special_tokens=False)
             if any(s in tail for s in row.params.stop):
                 return "stop"
-        if len(row.token_ids) >= row.params.max_new_tokens:
+        if len(row.token_ids) >= row.limit:
             return "length"
         return None
 
     @torch.inference_mode()
     def _generate_batch(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Generation]:
         device = self.device
-        rows = [self._new_row(p) for p in params]
+        rows = [self._new_row(len(prompt), p) for prompt, p in zip(prompts, params, strict=True)]
         width = max(len(p) for p in prompts)
         input_ids = torch.full((len(prompts), width), self._pad_id, dtype=torch.long, device=device)
         attention = torch.zeros((len(prompts), width), dtype=torch.long, device=device)

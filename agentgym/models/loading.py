@@ -112,9 +112,7 @@ def publish_directory(target: Path, build: Callable[[Path], None]) -> Path:
 
 def convert_gguf(gguf: Path) -> Path:
     """Return a regular Hugging Face checkpoint directory converted from ``gguf`` (cached)."""
-
     import torch
-
     from safetensors.torch import save_model
 
     def build(out: Path) -> None:
@@ -129,7 +127,14 @@ def convert_gguf(gguf: Path) -> Path:
         save_model(model, str(out / "model.safetensors"))
         tokenizer.save_pretrained(out)
 
-    return publish_directory(_cache_dir_for(gguf), build)
+    target = _cache_dir_for(gguf)
+    try:
+        return publish_directory(target, build)
+    except OSError as exc:
+        raise ModelLoadError(
+            f"cannot write the converted model to {target.parent} ({exc.strerror or exc}); "
+            "set AGENTGYM_CACHE to a writable directory"
+        ) from None
 
 
 def resolve_model_path(name_or_path: str | None) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 MAX_DEPTH = 64
 _SCALARS = (type(None), bool, int, str)
-_BUILTIN_VALUES = (int, float, str, bytes, complex, list, tuple, dict, set, frozenset)
+_BUILTIN_TYPES = {t.__name__: t for t in (bool, int, float, str, bytes, complex, list, tuple, dict, set, frozenset, object, type)}
 
 
 class Unencodable(TypeError):
@@ -46,34 +46,43 @@ def encode(value: Any, depth: int = 0) -> Any:
     ``None``/``bool``/``int``/``str`` stay JSON scalars, ``list`` a JSON array; finite floats
     are ``{"float": repr}``; everything else is a one-key object naming its type: ``tuple``,
     ``dict`` (a list of key/value pairs), ``set``, ``frozenset``, ``bytes`` (base64),
-    ``complex`` or ``object`` (class name and attributes, for plain data classes). Subclasses of
-    builtins are refused, so an ``int`` whose ``__eq__`` always says yes cannot pass as an int.
+    ``complex``, ``type`` (builtin types by name) or ``object`` (class name and attributes).
+    Instances of subclasses of builtins (``Counter``, a namedtuple, an ``int`` whose ``__eq__``
+    always says yes) are encoded as their builtin base's data, read through the base type's own
+    methods: whatever the subclass overrides never reaches a comparison.
     """
     if depth > MAX_DEPTH:
         raise Unencodable("value nested too deeply")
-    kind = type(value)
-    if kind in _SCALARS:
+    if value is None or type(value) is bool:
         return value
-    if kind is float:
-        return {"float": repr(value)}
-    if kind is list:
-        return [encode(v, depth + 1) for v in value]
-    if kind is tuple:
-        return {"tuple": [encode(v, depth + 1) for v in value]}
-    if kind is dict:
-        return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
-    if kind is set or kind is frozenset:
-        return {kind.__name__: [encode(v, depth + 1) for v in value]}
-    if kind is bytes:
-        return {"bytes": base64.b64encode(value).decode("ascii")}
-    if kind is complex:
-        return {"complex": [repr(value.real), repr(value.imag)]}
-    if isinstance(value, _BUILTIN_VALUES):
-        raise Unencodable(f"values of type {kind.__name__} (a subclass of a builtin type) cannot be returned")
+    if isinstance(value, int):
+        return int.__index__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, float):
+        return {"float": float.__repr__(value)}
+    if isinstance(value, list):
+        return [encode(v, depth + 1) for v in list.__iter__(value)]
+    if isinstance(value, tuple):
+        return {"tuple": [encode(v, depth + 1) for v in tuple.__iter__(value)]}
+    if isinstance(value, dict):
+        return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in dict.items(value)]}
+    if isinstance(value, set | frozenset):
+        base = set if isinstance(value, set) else frozenset
+        return {base.__name__: [encode(v, depth + 1) for v in base.__iter__(value)]}
+    if isinstance(value, bytes):
+        return {"bytes": base64.b64encode(memoryview(value)).decode("ascii")}
+    if isinstance(value, complex):
+        number = complex.__complex__(value)
+        return {"complex": [float.__repr__(number.real), float.__repr__(number.imag)]}
+    if isinstance(value, type):
+        if _BUILTIN_TYPES.get(value.__name__) is value:
+            return {"type": value.__name__}
+        raise Unencodable(f"the class {value.__name__} cannot be passed or returned")
     attributes = getattr(value, "__dict__", None)
-    if type(attributes) is dict and kind.__module__ != "builtins":
-        return {"object": [kind.__name__, {str(k): encode(v, depth + 1) for k, v in attributes.items() if type(k) is str}]}
-    raise Unencodable(f"values of type {kind.__name__} cannot be returned")
+    if type(attributes) is dict and type(value).__module__ != "builtins":
+        return {"object": [type(value).__name__, {k: encode(v, depth + 1) for k, v in attributes.items() if type(k) is str}]}
+    raise Unencodable(f"values of type {type(value).__name__} cannot be passed or returned")
 
 
 def decode(tree: Any, classes: Callable[[str], Any] | None = None, depth: int = 0) -> Any:
@@ -104,6 +113,8 @@ def decode(tree: Any, classes: Callable[[str], Any] | None = None, depth: int = 
         return base64.b64decode(body)
     if tag == "complex" and type(body) is list and len(body) == 2:
         return complex(float(body[0]), float(body[1]))
+    if tag == "type" and body in _BUILTIN_TYPES:
+        return _BUILTIN_TYPES[body]
     if tag == "object" and type(body) is list and len(body) == 2 and type(body[1]) is dict:
         cls = classes(body[0]) if classes is not None else None
         instance = types.SimpleNamespace() if not isinstance(cls, type) else cls.__new__(cls)

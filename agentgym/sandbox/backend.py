@@ -70,6 +70,9 @@ class Backend(abc.ABC):
     def close(self) -> None:
         """Stop every sandbox of this backend and release its resources (idempotent)."""
 
+    def abandon(self) -> None:
+        """In a forked child: drop this (the parent's) backend without touching its sandboxes."""
+
 
 class Capture:
     """A bounded byte buffer for one output stream: bytes beyond ``limit`` are counted as truncated."""

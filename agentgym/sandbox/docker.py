@@ -193,6 +193,11 @@ class DockerProcess(SandboxProcess):
         if not finished:
             raise SandboxError("the docker exec did not end after its time limit")
         info = self._backend.client.api.exec_inspect(self._exec_id)
+        for _ in range(50):  # the daemon may take a moment to record the exit after the stream ends
+            if not info.get("Running"):
+                break
+            time.sleep(0.02)
+            info = self._backend.client.api.exec_inspect(self._exec_id)
         code = int(info.get("ExitCode") or 0)
         timed_out = code == KILLED_BY_TIMEOUT and time.monotonic() - self._started >= self._limits.wall_time_s - 0.05
         # `timeout` reports a child killed by signal N as 128+N, like a shell.

@@ -30,7 +30,7 @@ from agentgym.sandbox.backend import Backend, Capture, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.result import ExecResult, SandboxError, SandboxUnavailable
 
-__all__ = ["LocalBackend", "runtime_view", "UID_BASE"]
+__all__ = ["LocalBackend", "runtime_view", "leftovers", "UID_BASE", "UID_COUNT"]
 
 # Host uids the sandboxes' user namespaces map to: 65536 ids no real account uses.
 UID_BASE = 0x60000000
@@ -75,6 +75,32 @@ def runtime_view(python: str | None = None) -> tuple[list[str], list[str]]:
     # Real paths first, shorter first: a bound folder makes everything below it visible, and
     # a linked path then only needs its links.
     return sorted(expose, key=lambda p: (os.path.realpath(p) != p, p.count("/"), p)), sorted(mask)
+
+
+def leftovers(folders: tuple[str, ...] = ("/tmp", "/var/tmp", "/dev/shm")) -> list[str]:
+    """Host processes, and entries of ``folders``, owned by the sandboxes' uids.
+
+    While a local backend runs, its fork server is listed; once every backend is closed the
+    list must be empty: nothing a sandbox started or wrote may outlive it on the host.
+    """
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if UID_BASE <= os.stat(f"/proc/{entry}").st_uid < UID_BASE + UID_COUNT:
+                    with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                        found.append(f"process {entry}: {handle.read()[:120]!r}")
+            except OSError:
+                continue  # exited meanwhile
+    for folder in folders:
+        if os.path.isdir(folder):
+            for item in os.scandir(folder):
+                try:
+                    if UID_BASE <= item.stat(follow_symlinks=False).st_uid < UID_BASE + UID_COUNT:
+                        found.append(f"file {item.path}")
+                except OSError:
+                    continue
+    return found
 
 
 def _shared_libraries(binaries: list[str]) -> set[str]:
@@ -165,6 +191,14 @@ class LocalBackend(Backend):
     def close(self) -> None:
         self._dead = self._dead or "closed"
         self._finalizer()
+
+    def abandon(self) -> None:
+        # Close only this process's copies of the descriptors: the parent keeps its fork server.
+        self._dead = "abandoned in a forked child"
+        self._finalizer.detach()
+        self._sock.close()
+        if self._proc.stderr is not None:
+            self._proc.stderr.close()
 
     @property
     def alive(self) -> bool:

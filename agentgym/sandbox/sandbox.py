@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import os
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -68,6 +69,20 @@ def _close_shared() -> None:
         for backend in _shared.values():
             backend.close()
         _shared.clear()
+
+
+def _forget_shared_in_child() -> None:
+    # A forked child (a process pool worker, say) must not talk to its parent's fork server: it
+    # drops those backends and starts its own on first use. The lock may have been held by
+    # another thread at fork time, so the child gets a new one.
+    global _shared_lock
+    _shared_lock = threading.Lock()
+    for backend in _shared.values():
+        backend.abandon()
+    _shared.clear()
+
+
+os.register_at_fork(after_in_child=_forget_shared_in_child)
 
 
 class Sandbox:

@@ -6,7 +6,10 @@ text is the answer itself, so nothing is extracted from it:
 * ``text``: :func:`~agentgym.verifiers.normalized_match` (case, punctuation, a leading article
   ignored);
 * ``number``: :func:`~agentgym.verifiers.numeric_match` within ``tolerance``: the text must be
-  exactly one number (thousands separators and a unit word allowed), so listing candidates fails;
+  exactly one number (thousands separators allowed) and nothing else, so listing candidates or
+  hedging ("15 or more") fails. A trailing ``%`` is read as the unit the question asked for
+  ("what percentage ...": ``0.9%`` and ``0.9`` both mean 0.9), never as a scale factor, so a
+  value 100 times off cannot pass through a second reading;
 * ``list``: comma-, semicolon- or newline-separated items compared as a set of normalised names
   (order does not matter; a missing or an extra item fails).
 """
@@ -27,7 +30,9 @@ def check_answer(given: str, spec: dict[str, Any]) -> RewardResult:
     """Score ``given`` against the task's answer ``spec``: 1.0 and ``passed`` when it matches."""
     kind = spec["type"]
     if kind == "number":
-        return numeric_match(given, spec["value"], abs_tol=float(spec.get("tolerance", 0.0)), extract=None)
+        text = given.strip()
+        text = text[:-1] if text.endswith("%") else text
+        return numeric_match(text, spec["value"], abs_tol=float(spec.get("tolerance", 0.0)), percent="strict", check_units=True, extract=None)
     if kind == "text":
         return normalized_match(given, spec["value"], extract=None)
     if kind == "list":

@@ -177,7 +177,7 @@ class MockApiEnv(ToolEnv):
         self._episodes = 0
         self._options: dict[str, Any] = {}
         self._finished = False
-        self._reported = 0
+        self._reported = self._faults_injected = 0
 
     # ------------------------------------------------------------------ episode lifecycle
 
@@ -202,7 +202,7 @@ class MockApiEnv(ToolEnv):
         self._connection.open(self.session)
         self.api_key = world.api_key
         self._finished = False
-        self._reported = 0
+        self._reported = self._faults_injected = 0
         return [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": f"{task['instruction']}\n\nAPI key: {world.api_key}"},
@@ -291,11 +291,9 @@ class MockApiEnv(ToolEnv):
         """API calls and injected faults so far, and the faults of the calls since the last report."""
         calls = self.session.calls if self.session is not None else []
         new, self._reported = calls[self._reported:], len(calls)
-        return {
-            "api_calls": len(calls),
-            "faults_injected": sum(c.fault is not None for c in calls),
-            "turn_faults": [{"call": c.index, "kind": c.fault, "operation": c.operation} for c in new if c.fault],
-        }
+        turn_faults = [{"call": c.index, "kind": c.fault, "operation": c.operation} for c in new if c.fault]
+        self._faults_injected += len(turn_faults)  # a running count keeps a step O(1) in the episode's length
+        return {"api_calls": len(calls), "faults_injected": self._faults_injected, "turn_faults": turn_faults}
 
     def compute_reward(self) -> RewardResult:
         assert self.session is not None and self.task is not None

@@ -39,6 +39,7 @@ THREAD_PREFIX = "agentgym-mock-api"
 # gets its answer instead of a broken pipe; beyond it the connection is dropped after the answer.
 DRAIN_LIMIT = 1024 * 1024
 IDLE_TIMEOUT_S = 60.0
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -70,6 +71,9 @@ class _Handler(BaseHTTPRequestHandler):
     def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
         """Protocol-level errors (bad request line, unknown method...) as JSON, then hang up."""
         self.close_connection = True
+        # An unparsable request line leaves the HTTP/0.9 default, which would suppress the status
+        # line; nobody speaks 0.9, so always answer with a full HTTP/1.1 response.
+        self.request_version = "HTTP/1.1"
         body = json.dumps({"error": {"code": f"http_{code}", "message": message or HTTPStatus(code).phrase}}).encode()
         self._send(code, {"Content-Type": "application/json"}, body)
 
@@ -102,19 +106,21 @@ class _Handler(BaseHTTPRequestHandler):
         return data if length <= MAX_BODY_BYTES else None
 
     def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        self.send_response_only(status)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
+        # Status line, headers and body leave in one write: one TCP segment, one wake-up of the
+        # client (separate writes cost the client an extra receive per call).
+        lines = [f"{self.protocol_version} {status} {_REASONS.get(status, '')}", *(f"{k}: {v}" for k, v in headers.items()), f"Content-Length: {len(body)}"]
         if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(body)
+            lines.append("Connection: close")
+        self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body)
 
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = False
+    # socketserver's default backlog of 5 overflows when hundreds of episodes connect at once,
+    # and the overflow shows up as "connection reset by peer" on their first request (measured
+    # with 256 episodes); the kernel caps this at net.core.somaxconn.
+    request_queue_size = 1024
 
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)

@@ -80,15 +80,31 @@ def build_tiny_model(out_dir: Path, chat_template: str) -> Path:
     return out_dir
 
 
-def oracle_turns(spec: EnvSpec) -> list[str]:
-    """The oracle's assistant turns for ``spec``'s episode (it solves every Refund task)."""
+def oracle_record(spec: EnvSpec) -> dict[str, Any]:
+    """The episode record of the oracle playing ``spec``'s episode (it solves every Refund task)."""
     env = spec.make()
     try:
-        policy = make_policy(env, "oracle", spec.seed or 0)
-        record = run_episode(env, policy, seed=spec.seed, task_id=spec.task_id)
+        return run_episode(env, make_policy(env, "oracle", spec.seed or 0), seed=spec.seed, task_id=spec.task_id)
     finally:
         env.close()
-    return [str(t) for t in assistant_turns(record)]
+
+
+def oracle_turns(spec: EnvSpec) -> list[str]:
+    """The oracle's assistant turns (text) for ``spec``'s episode."""
+    return [str(t) for t in assistant_turns(oracle_record(spec))]
+
+
+def rendered_conversation(tokenizer: Any, spec: EnvSpec) -> str:
+    """The chat template's rendering of the oracle's whole episode, tools included, ending at the
+    last end-of-turn token: what a trainer's token sequence must decode to."""
+    env = spec.make()
+    tools = env.unwrapped.tools
+    env.close()
+    messages = oracle_record(spec)["messages"]
+    last_turn = max(i for i, m in enumerate(messages) if m["role"] == "assistant")
+    # The final tool result arrives after the episode ended; no trainer sequence shows it.
+    text = tokenizer.apply_chat_template(messages[: last_turn + 1], tools=tools, tokenize=False)
+    return text[: text.rindex("<|im_end|>") + len("<|im_end|>")]
 
 
 class ScriptedEngine:

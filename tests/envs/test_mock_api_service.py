@@ -245,7 +245,7 @@ def test_oversized_bodies_are_refused_and_logged():
 
 def test_valid_requests_count_as_valid():
     api = Api()
-    for method, path, body in [("GET", "/tickets", None), ("GET", "/agents/1", None), ("POST", "/tickets", _new_ticket(Api()))]:
+    for method, path, body in [("GET", "/tickets", None), ("GET", "/agents/1", None), ("POST", "/tickets", _new_ticket(api))]:
         api.call(method, path, body)
         assert api.last.valid, (method, path)
     assert api.session.internal_errors == []
@@ -277,11 +277,10 @@ def test_agents_with_live_tickets_cannot_be_deactivated_and_inactive_agents_get_
     busy = _ticket(api, status="open")["assignee_id"]
     status, _, body = api.call("PATCH", f"/agents/{busy}", {"active": False})
     assert status == 409 and body["error"]["code"] == "agent_has_tickets"
-    idle = api.state.agents[busy] | {"id": busy}
     live = [t["id"] for t in api.state.tickets.values() if t["assignee_id"] == busy and t["status"] in ("new", "open", "pending")]
     other = next(a for a in api.state.agents if a != busy and api.state.agents[a]["active"])
     assert api.call("POST", "/tickets/bulk_update", {"ids": live, "changes": {"assignee_id": other}})[0] == 200
-    assert api.call("PATCH", f"/agents/{idle['id']}", {"active": False})[0] == 200
+    assert api.call("PATCH", f"/agents/{busy}", {"active": False})[0] == 200
     status, _, body = api.call("POST", "/tickets", {**_new_ticket(api), "assignee_id": busy})
     assert status == 422 and body["error"]["details"][0]["field"] == "body.assignee_id"
 

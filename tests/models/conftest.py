@@ -86,11 +86,11 @@ class FakeCompletionServer:
                 pass
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
 
     @staticmethod
-    def vllm_completion(
+    def completion(
         token_ids: Sequence[int],
         logprobs: Sequence[float],
         finish_reason: str,

@@ -96,6 +96,17 @@ def test_more_prompts_than_the_batch_size(smollm, prompts) -> None:
     ]
 
 
+def test_generation_stops_at_the_end_of_the_context(smollm, prompts, monkeypatch) -> None:
+    from agentgym.models import HFBackend
+
+    small = HFBackend(*smollm)
+    monkeypatch.setattr(small, "_context", len(prompts[0]) + 2)
+    [gen] = small.generate(prompts[:1], SamplingParams(temperature=0, max_new_tokens=10))
+    assert len(gen.token_ids) <= 2
+    with pytest.raises(ValueError, match="context is"):
+        small.generate(prompts[2:], SamplingParams(max_new_tokens=1))
+
+
 def test_bad_requests_are_rejected(backend, prompts) -> None:
     params = SamplingParams(max_new_tokens=2)
     with pytest.raises(ValueError, match="empty"):

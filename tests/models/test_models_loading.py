@@ -72,6 +72,14 @@ def test_publish_directory_leaves_nothing_when_the_build_fails(tmp_path: Path) -
     assert [p.name for p in tmp_path.iterdir()] == ["converted.lock"]
 
 
+def test_unwritable_cache_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("")
+    monkeypatch.setenv("AGENTGYM_CACHE", str(blocker))
+    with pytest.raises(ModelLoadError, match="set AGENTGYM_CACHE to a writable directory"):
+        resolve_model_path(DEFAULT_MODEL)
+
+
 def test_missing_gguf_and_bad_directory_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ModelLoadError, match="GGUF file not found"):
         resolve_model_path(str(tmp_path / "nope.gguf"))

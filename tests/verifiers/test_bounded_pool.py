@@ -46,7 +46,7 @@ def test_uncatchable_computation_is_killed_within_its_limit(pool):
     outcome = pool.run(pow, *ENDLESS, timeout=0.5)
     elapsed = time.monotonic() - started
     assert outcome.timed_out and outcome.error == "timed out after 0.5 s"
-    assert elapsed < 2.0
+    assert elapsed < 3.0  # 0.5 s, plus the kill and scheduling on a busy machine
     # The killed worker was replaced; the pool keeps working.
     assert pool.run(operator.add, 1, 1, timeout=30).value == 2
 
@@ -144,3 +144,9 @@ def _running(pid: int) -> bool:
 
 def _worker_pids(pool: BoundedPool) -> list[int]:
     return [pool.run(os.getpid, timeout=5).value for _ in range(2)]
+
+
+def test_worker_that_cannot_start_gives_an_error_not_a_hang():
+    with BoundedPool(1, preload=("agentgym_no_such_module",)) as broken:
+        outcome = broken.run(operator.add, 1, 2, timeout=5)
+    assert not outcome.ok and outcome.error.startswith("worker failed to start")

@@ -25,7 +25,7 @@ from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["EpisodeOutcome", "TokenEpisode", "episode_outcome"]
+__all__ = ["EpisodeOutcome", "EpisodeTokens", "TokenEpisode", "episode_outcome"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,23 @@ class EpisodeOutcome:
             f"{prefix}format_errors": float(self.format_errors),
             f"{prefix}tool_errors": float(self.tool_errors),
         }
+
+
+@dataclass(frozen=True)
+class EpisodeTokens:
+    """An episode's tokens as trainers take them: the prompt, then everything after it.
+
+    Attributes:
+        prompt_ids: the opening prompt (tools included), ending with the generation prompt.
+        response_ids: sampled turns and environment replies, in order.
+        response_mask: 1 exactly on the sampled tokens of ``response_ids``.
+        response_logprobs: sampling logprobs on sampled tokens, 0.0 elsewhere.
+    """
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float]
 
 
 def episode_outcome(env: gym.Env) -> EpisodeOutcome:
@@ -236,6 +253,22 @@ class TokenEpisode:
     def trajectory(self) -> Trajectory:
         """The token sequence and its loss mask (1 exactly on sampled tokens)."""
         return self._builder.build()
+
+    def split(self) -> EpisodeTokens:
+        """The sequence as prompt and response, the response cut to the budget.
+
+        The last environment reply can overshoot the budget (and a turn cut by the budget gets a
+        closing end-of-turn token); trainers need responses of at most the budget.
+        """
+        trajectory = self._builder.build()
+        cut = trajectory.prompt_length
+        end = None if self.max_response_tokens is None else cut + self.max_response_tokens
+        return EpisodeTokens(
+            prompt_ids=list(trajectory.token_ids[:cut]),
+            response_ids=list(trajectory.token_ids[cut:end]),
+            response_mask=list(trajectory.loss_mask[cut:end]),
+            response_logprobs=list(trajectory.logprobs[cut:end]),
+        )
 
     def last_env_delta(self) -> tuple[int, ...]:
         """Token ids of the last environment delta (messages and next generation prompt)."""

@@ -50,6 +50,11 @@ class EnvPool:
                 return
         env.close()
 
+    def idle(self, spec: EnvSpec) -> int:
+        """How many idle environments for ``spec`` the pool holds."""
+        with self._lock:
+            return len(self._idle.get(spec.make_key, ()))
+
     @contextmanager
     def lease(self, spec: EnvSpec) -> Iterator[gym.Env]:
         """``with pool.lease(spec) as env:`` acquire and always release."""

@@ -40,13 +40,14 @@ import numpy as np
 from agentgym.env import EpisodeOver
 from agentgym.models.backend import SamplingParams
 from agentgym.models.chat import ToolMode
+from agentgym.models.loading import ModelLoadError
 from agentgym.tools import Tool, tools_of
 from agentgym.trainers.adapters.episode import EpisodeOutcome, TokenEpisode, episode_outcome
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.pool import EnvPool
 from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec, SpecError
 
-__all__ = ["RolloutFunction", "TRLEnvironment", "environment_class", "environment_factories", "main", "reward_from_env"]
+__all__ = ["RolloutFunction", "TRLEnvironment", "build_parser", "build_trainer", "environment_class", "environment_factories", "main", "reward_from_env"]
 
 
 # --------------------------------------------------------------------------- environment_factory
@@ -223,35 +224,43 @@ class RolloutFunction:
                 self.pool.release(spec, env)
 
     def _play(self, episodes: list[TokenEpisode], trainer: Any, tokenizer: Any) -> None:
+        from trl.models import unwrap_model_for_generation
+
         from agentgym.models.hf import HFBackend
 
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        backend = HFBackend(model, tokenizer)
-        rank = int(getattr(trainer.accelerator, "process_index", 0))
+        rank = int(trainer.accelerator.process_index)
         step = int(trainer.state.global_step)
         temperature = float(trainer.args.temperature)
         top_p = float(trainer.args.top_p)
-        was_training = model.training
-        model.eval()  # sampling must not see dropout
-        try:
-            turn = 0
-            while active := [(i, e) for i, e in enumerate(episodes) if e.wants_generation]:
-                params = [
-                    SamplingParams(
-                        temperature=temperature,
-                        top_p=top_p,
-                        max_new_tokens=min(self.max_turn_tokens, e.budget_left if e.budget_left is not None else self.max_turn_tokens),
-                        seed=int(np.random.SeedSequence([self.seed, step, rank, i, turn]).generate_state(1)[0]),
-                        stop_token_ids=(e.renderer.eot_token_id,),
-                    )
-                    for i, e in active
-                ]
-                generations = backend.generate([e.token_ids for _, e in active], params)
-                for (_, episode), generation in zip(active, generations, strict=True):
-                    episode.play_turn(generation.token_ids, generation.logprobs)
-                turn += 1
-        finally:
-            model.train(was_training)
+        # TRL's own generation context: gathers ZeRO-3 shards and switches off gradient checkpointing.
+        with unwrap_model_for_generation(
+            trainer.model_wrapped,
+            trainer.accelerator,
+            gather_deepspeed3_params=trainer.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model:
+            was_training = model.training
+            model.eval()  # sampling must not see dropout
+            try:
+                backend = HFBackend(model, tokenizer)
+                turn = 0
+                while active := [(i, e) for i, e in enumerate(episodes) if e.wants_generation]:
+                    params = [
+                        SamplingParams(
+                            temperature=temperature,
+                            top_p=top_p,
+                            max_new_tokens=min(self.max_turn_tokens, e.budget_left if e.budget_left is not None else self.max_turn_tokens),
+                            seed=int(np.random.SeedSequence([self.seed, step, rank, i, turn]).generate_state(1)[0]),
+                            stop_token_ids=(e.renderer.eot_token_id,),
+                        )
+                        for i, e in active
+                    ]
+                    generations = backend.generate([e.token_ids for _, e in active], params)
+                    for (_, episode), generation in zip(active, generations, strict=True):
+                        episode.play_turn(generation.token_ids, generation.logprobs)
+                    turn += 1
+            finally:
+                model.train(was_training)
 
 
 def _spec_from_prompt(prompt: Any) -> EnvSpec:
@@ -266,13 +275,12 @@ def _spec_from_prompt(prompt: Any) -> EnvSpec:
 def _rollout_output(episodes: Sequence[TokenEpisode]) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {key: [] for key in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "env_reward", "agentgym_success")}
     for episode in episodes:
-        trajectory = episode.trajectory()
-        cut = trajectory.prompt_length
+        tokens = episode.split()
         outcome = episode.outcome()
-        out["prompt_ids"].append(list(trajectory.token_ids[:cut]))
-        out["completion_ids"].append(list(trajectory.token_ids[cut:]))
-        out["logprobs"].append(list(trajectory.logprobs[cut:]))
-        out["env_mask"].append(list(trajectory.loss_mask[cut:]))
+        out["prompt_ids"].append(tokens.prompt_ids)
+        out["completion_ids"].append(tokens.response_ids)
+        out["logprobs"].append(tokens.response_logprobs)
+        out["env_mask"].append(tokens.response_mask)
         out["env_reward"].append(outcome.reward)
         out["agentgym_success"].append(outcome.success)
     return out
@@ -281,9 +289,9 @@ def _rollout_output(episodes: Sequence[TokenEpisode]) -> dict[str, list[Any]]:
 # ---------------------------------------------------------------------------- example script
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Train GRPO on an agentgym environment with TRL (the example the docs show)."""
-    parser = argparse.ArgumentParser(prog="python -m agentgym.trainers.adapters.trl", description=main.__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of :func:`main`."""
+    parser = argparse.ArgumentParser(prog="python -m agentgym.trainers.adapters.trl", description="Train GRPO on an agentgym environment with TRL.")
     parser.add_argument("--env", required=True, help="environment id, e.g. agentgym/Refund-v0")
     parser.add_argument("--model", default=None, help="model: smollm2-135m-instruct (default), a checkpoint dir, a .gguf file or a hub id")
     parser.add_argument("--mode", choices=("rollout", "environment"), default="rollout",
@@ -302,13 +310,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--output-dir", default="runs/trl")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu", action="store_true", help="train on CPU (fp32)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Train GRPO on an agentgym environment with TRL (the example the docs show)."""
+    args = build_parser().parse_args(argv)
     try:
         template_kwargs = json.loads(args.template_kwargs)
         if not isinstance(template_kwargs, dict):
             raise ValueError("--template-kwargs must be a JSON object")
         trainer = build_trainer(args, template_kwargs)
-    except (ValueError, SpecError, OSError, ImportError) as exc:
+    except (ValueError, OSError, ImportError, ModelLoadError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     trainer.train()

@@ -9,15 +9,14 @@ so verl needs no reward function. verl's own tool machinery (``BaseTool`` lives 
 nested argument schemas are dropped) is not used: the environment runs the tools.
 
 Registration: ``actor_rollout_ref.rollout.agent.agent_loop_config_path`` = the path printed by
-``python -m agentgym.trainers.adapters.verl`` (the YAML next to this module), and the rows'
-``agent_name`` column (``agentgym``) selects the loop.
+``python -m agentgym.trainers.adapters verl-agent-loop`` (the YAML next to this module), and the
+rows' ``agent_name`` column (``agentgym``) selects the loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -30,9 +29,9 @@ from agentgym.trainers.adapters.episode import TokenEpisode
 from agentgym.trainers.adapters.pool import EnvPool, shared_pool
 from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec
 
-__all__ = ["AGENT_LOOP_CONFIG", "AgentGymAgentLoop", "compute_score", "main"]
+__all__ = ["AGENT_LOOP_CONFIG", "AgentGymAgentLoop", "compute_score"]
 
-AGENT_LOOP_CONFIG = Path(__file__).with_name("verl_agent_loop.yaml")
+AGENT_LOOP_CONFIG = Path(__file__).resolve().with_name("verl_agent_loop.yaml")
 """The agent-loop registration YAML (``rollout.agent.agent_loop_config_path``)."""
 
 
@@ -93,19 +92,19 @@ class AgentGymAgentLoop(AgentLoopBase):
                     observation = await asyncio.to_thread(episode.step_env, content)
                 if observation is not None:
                     episode.add_observation(observation)
-            trajectory = episode.trajectory()
+            tokens = episode.split()
+            num_turns = sum(1 for m in episode.trajectory().messages if m["role"] != "system")
             outcome = await asyncio.to_thread(episode.outcome)
         finally:
             self.pool.release(spec, env)
 
-        cut, end = trajectory.prompt_length, trajectory.prompt_length + self.response_length
         return AgentLoopOutput(
-            prompt_ids=list(trajectory.token_ids[:cut]),
-            response_ids=list(trajectory.token_ids[cut:end]),
-            response_mask=list(trajectory.loss_mask[cut:end]),
-            response_logprobs=list(trajectory.logprobs[cut:end]) if logprobs_reported else None,
+            prompt_ids=tokens.prompt_ids,
+            response_ids=tokens.response_ids,
+            response_mask=tokens.response_mask,
+            response_logprobs=tokens.response_logprobs if logprobs_reported else None,
             reward_score=outcome.reward,
-            num_turns=sum(1 for m in trajectory.messages if m["role"] != "system"),
+            num_turns=num_turns,
             metrics=metrics,
             # turn_scores/tool_rewards keep the columns ToolAgentLoop produces; reward_extra_info
             # becomes per-sample columns in verl's batch (logged per data source in validation).
@@ -129,18 +128,3 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
             f"(dataset column agent_name=agentgym, exported with `python -m agentgym.trainers.adapters.export verl`; spec key {SPEC_KEY!r})"
         )
     return {"score": float(metrics["agentgym_reward"]), **{k: float(v) for k, v in metrics.items() if k.startswith("agentgym_")}}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print the path of the agent-loop registration YAML (for ``agent_loop_config_path``)."""
-    if argv is None:
-        argv = sys.argv[1:]
-    if argv:
-        print("usage: python -m agentgym.trainers.adapters.verl   (prints the agent-loop config path)", file=sys.stderr)
-        return 2
-    print(AGENT_LOOP_CONFIG)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

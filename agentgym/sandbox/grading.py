@@ -1,0 +1,245 @@
+"""Grading submitted code against hidden tests, in a way the submission cannot fool.
+
+The submission runs in a fresh sandbox workspace holding only grader-written files, started
+like ``python -I`` (nothing in the workspace can shadow a module), under the role
+``serve`` of :mod:`agentgym.sandbox._harness`: it only ever receives the *inputs* of the tests.
+Its answers come back as typed JSON, and:
+
+- function tests (:class:`FunctionTests`) are compared on the host with
+  :func:`agentgym.sandbox._harness.same`: exact builtin types, floats within 1e-9;
+- assertion tests (:class:`CheckTests` for HumanEval, :class:`AssertTests` for MBPP) run in a
+  second sandbox that holds the test code but never the submission, calling it by proxy.
+
+Neither the submission's exit status nor anything it prints counts; every test needs its own
+answer. The score is the fraction of tests passed, in [0, 1]; a submission that crashes, exits
+or times out before any test runs (it never became ready) scores -1.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from agentgym.sandbox._harness import same
+from agentgym.sandbox.backend import Backend, SandboxProcess
+from agentgym.sandbox.limits import Limits
+from agentgym.sandbox.sandbox import Sandbox
+
+__all__ = ["AssertTests", "CheckTests", "FunctionTests", "Grade", "Grader", "IOCase", "TestSpec", "GRADING_LIMITS", "CRASH_SCORE"]
+
+CRASH_SCORE = -1.0
+GRADING_LIMITS = Limits(wall_time_s=10.0, cpu_time_s=10, max_output_bytes=8 << 20)
+_HARNESS = (resources.files("agentgym.sandbox") / "_harness.py").read_text(encoding="utf-8")
+_SOLUTION = "solution.py"
+
+
+@dataclass(frozen=True)
+class IOCase:
+    """One hidden test of a function: encoded positional arguments and the encoded expected
+    value (see :func:`agentgym.sandbox._harness.encode`), or ``{"raises": "ValueError"}``."""
+
+    args: list[Any]
+    expected: Any
+
+
+@dataclass(frozen=True)
+class FunctionTests:
+    """Call ``entry_point`` with each case's arguments; one point per matching answer."""
+
+    entry_point: str
+    cases: tuple[IOCase, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [self.entry_point]
+
+
+@dataclass(frozen=True)
+class CheckTests:
+    """HumanEval's format: ``test`` defines ``check(candidate)``; one point iff it passes.
+
+    ``prompt`` (trusted dataset text) is executed first in the test's sandbox, so helpers it
+    defines (``poly``, ``encode_cyclic``...) come from the dataset, not from the submission.
+    """
+
+    prompt: str
+    test: str
+    entry_point: str
+
+    @property
+    def names(self) -> list[str]:
+        return [self.entry_point]
+
+
+@dataclass(frozen=True)
+class AssertTests:
+    """MBPP's format: one point per assert statement, each calling functions in ``names``.
+
+    ``setup`` runs before the asserts; ``reference`` (trusted dataset code) runs before that so
+    the setup can use classes it defines.
+    """
+
+    asserts: tuple[str, ...]
+    names: tuple[str, ...]
+    setup: str = ""
+    reference: str = ""
+
+
+TestSpec = FunctionTests | CheckTests | AssertTests
+
+
+@dataclass(frozen=True)
+class Grade:
+    """A graded submission.
+
+    Attributes:
+        score: ``passed / total`` in [0, 1], or -1 when no test ran (see ``crashed``).
+        passed: tests passed.
+        total: tests in the specification.
+        crashed: the submission crashed, exited or timed out before any test ran.
+        reason: one sentence for people; never quotes hidden test data.
+        details: failure notes and the submission's standard error tail (for logs, not for the model).
+    """
+
+    score: float
+    passed: int
+    total: int
+    crashed: bool
+    reason: str
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class Grader:
+    """Grades submissions in sandboxes of ``backend`` under ``limits`` (per sandbox)."""
+
+    def __init__(self, backend: str | Backend = "auto", limits: Limits = GRADING_LIMITS):
+        self.backend = backend
+        self.limits = limits
+
+    def grade(self, code: str, tests: TestSpec) -> Grade:
+        """Grade ``code`` (a module's source) against ``tests``."""
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str; got {type(code).__name__}")
+        total = len(tests.cases) if isinstance(tests, FunctionTests) else len(tests.asserts) if isinstance(tests, AssertTests) else 1
+        with Sandbox(self.backend, self.limits) as box:
+            server = box.start(_program("serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
+            deadline = time.monotonic() + self.limits.wall_time_s + 1.0
+            try:
+                ready = _message(server, deadline)
+                if not (ready and ready.get("ready") is True):
+                    server.kill()
+                    return _crashed(total, ready, server)
+                if isinstance(tests, FunctionTests):
+                    passed, notes = _run_cases(server, tests, deadline)
+                else:
+                    passed, total, notes = self._run_driver(server, tests, total, deadline)
+            finally:
+                server.kill()
+            stderr = server.wait().stderr
+        reason = f"{passed} of {total} hidden tests passed"
+        return Grade(passed / total if total else 0.0, passed, total, False, reason, {"notes": notes, "stderr_tail": stderr[-2000:]})
+
+    def _run_driver(self, server: SandboxProcess, tests: CheckTests | AssertTests, total: int, deadline: float) -> tuple[int, int, list[str]]:
+        if isinstance(tests, CheckTests):
+            spec = {"kind": "check", "prompt": tests.prompt, "test": tests.test, "entry_point": tests.entry_point}
+        else:
+            spec = {"kind": "asserts", "asserts": list(tests.asserts), "names": list(tests.names), "setup": tests.setup, "reference": tests.reference}
+        with Sandbox(self.backend, self.limits) as box:
+            driver = box.start(_program("drive", spec), isolated=True)
+            driver_deadline = time.monotonic() + self.limits.wall_time_s + 1.0
+            server_alive = True
+            try:
+                while True:
+                    message = _message(driver, driver_deadline)
+                    if message is None:
+                        return 0, total, ["the test driver stopped (too slow, or broken test code)"]
+                    if message.get("done") is True:
+                        passed, count = message.get("passed"), message.get("total")
+                        if type(passed) is not int or type(count) is not int or not 0 <= passed <= count:
+                            return 0, total, ["malformed verdict from the test driver"]
+                        return passed, count, [str(n) for n in message.get("failures", [])][:5]
+                    reply = None
+                    if server_alive and isinstance(message.get("call"), str):
+                        server.send(_line(message), timeout=max(0.0, deadline - time.monotonic()))
+                        reply = _reply(_message(server, deadline))
+                    if reply is None:
+                        server_alive = False
+                        reply = {"raised": "SubmissionStopped", "message": "the submission crashed, exited or timed out"}
+                    driver.send(_line(reply), timeout=max(0.0, driver_deadline - time.monotonic()))
+            except TimeoutError:
+                return 0, total, ["the test driver stopped reading (timed out)"]
+            finally:
+                driver.kill()
+                driver.wait()
+
+
+def _run_cases(server: SandboxProcess, tests: FunctionTests, deadline: float) -> tuple[int, list[str]]:
+    passed, notes = 0, []
+    for index, case in enumerate(tests.cases):
+        try:
+            server.send(_line({"call": tests.entry_point, "args": case.args}), timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            notes.append(f"case {index}: the submission stopped reading")
+            break
+        reply = _reply(_message(server, deadline))
+        if reply is None:
+            notes.append(f"case {index}: no answer (crashed, exited or timed out)")
+            break  # the remaining cases have no answer either
+        expected = case.expected
+        if isinstance(expected, dict) and set(expected) == {"raises"}:
+            ok = reply.get("raised") == expected["raises"]
+        else:
+            ok = "value" in reply and same(expected, reply["value"])
+        if ok:
+            passed += 1
+        else:
+            notes.append(f"case {index}: {'raised ' + str(reply['raised']) if 'raised' in reply else 'wrong answer'}")
+    return passed, notes
+
+
+def _program(role: str, *args: Any) -> str:
+    # repr() of str/list/dict/int/bool is a valid Python literal; the harness is the whole program.
+    return f"{_HARNESS}\n{role}(*{args!r})\n"
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    return json.dumps(message).encode() + b"\n"
+
+
+def _message(process: SandboxProcess, deadline: float) -> dict[str, Any] | None:
+    """The next protocol message, or None on timeout, end of output or anything malformed."""
+    try:
+        line = process.readline(timeout=max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        return None
+    if not line.endswith(b"\n"):
+        return None
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return None
+    return message if isinstance(message, dict) else None
+
+
+def _reply(message: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A well-formed answer of the submission (value, or exception name and text), else None."""
+    if message is None:
+        return None
+    if set(message) == {"value"}:
+        return message
+    if set(message) == {"raised", "message"} and isinstance(message["raised"], str) and isinstance(message["message"], str):
+        return message
+    return None
+
+
+def _crashed(total: int, ready: dict[str, Any] | None, server: SandboxProcess) -> Grade:
+    stderr = server.wait().stderr
+    if ready and isinstance(ready.get("raised"), str):
+        what = f"{ready['raised']}: {str(ready.get('message', ''))[:200]}"
+    else:
+        what = "it exited or timed out while loading"
+    reason = f"the submission crashed before any test ran ({what})"
+    return Grade(CRASH_SCORE, 0, total, True, reason, {"stderr_tail": stderr[-2000:]})

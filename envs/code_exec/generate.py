@@ -1,0 +1,138 @@
+"""Deterministic generator of CodeExec-v0's bundled task set.
+
+Every variant of every family in :mod:`agentgym.envs.code_exec.families` becomes one task with
+3 visible examples (shown in the prompt) and 10 hidden tests (for the reward) whose inputs never
+repeat a visible one. Expected values come from running the family's reference solution, which
+is also the task's oracle; the generator runs only that trusted code, in this process.
+
+Families, not tasks, are split into train/val/test (about 70/15/15 of the tasks), so the
+evaluation splits hold kinds of problems never seen in training.
+
+    python -m agentgym.envs.code_exec.generate tasks/code_exec   # rewrites train/val/test.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import random
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from agentgym.envs.code_exec.families import FAMILIES, Family
+from agentgym.sandbox._harness import decode, encode
+
+SEED = 20251121
+N_VISIBLE = 3
+N_HIDDEN = 10
+SPLIT_SHARES = (("test", 0.15), ("val", 0.15))  # train takes the rest
+MAX_DRAWS = 2000
+
+
+def generate(seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
+    """All tasks, by split. Same seed, same tasks, byte for byte."""
+    by_family = {f.name: [_task(f, index, params, seed) for index, params in enumerate(f.variants)] for f in FAMILIES}
+    names = sorted(by_family)
+    random.Random(seed).shuffle(names)
+    total = sum(len(tasks) for tasks in by_family.values())
+    splits: dict[str, list[dict[str, Any]]] = {"train": [], "val": [], "test": []}
+    for name in names:
+        split = next((s for s, share in SPLIT_SHARES if len(splits[s]) < share * total), "train")
+        splits[split].extend(t | {"split": split} for t in by_family[name])
+    return {split: sorted(tasks, key=lambda t: t["task_id"]) for split, tasks in splits.items()}
+
+
+def render(family: Family, params: dict[str, Any]) -> tuple[str, str, str]:
+    """The variant's signature line, statement and reference solution."""
+    code = {k.removesuffix("_src"): (v if k.endswith("_src") else repr(v)) for k, v in params.items()}
+    words = {k.removesuffix("_src"): str(v) for k, v in params.items()}
+    signature = family.entry_point + Template(family.signature).substitute(words)
+    return signature, Template(family.statement).substitute(words), Template(family.solution).substitute(code)
+
+
+def prompt_text(signature: str, statement: str, examples: list[tuple[list[Any], Any]], entry_point: str) -> str:
+    """The problem as the model reads it: signature, statement, visible examples."""
+    shown = "\n".join(f"    {entry_point}({', '.join(map(repr, args))}) == {expected!r}" for args, expected in examples)
+    return f"Write a Python function\n\n    def {signature}\n\n{statement}\n\nExamples:\n{shown}\n"
+
+
+def _task(family: Family, index: int, params: dict[str, Any], seed: int) -> dict[str, Any]:
+    signature, statement, solution = render(family, params)
+    namespace: dict[str, Any] = {}
+    exec(compile(solution, f"<{family.name}-{index}>", "exec"), namespace)
+    function = namespace[family.entry_point]
+    rng = random.Random(f"{seed}-{family.name}-{index}")
+    seen: set[str] = set()
+    hidden: list[tuple[Any, ...]] = []
+    for args in family.edges:
+        if repr(args) not in seen:
+            seen.add(repr(args))
+            hidden.append(args)
+    visible: list[tuple[Any, ...]] = []
+    for _ in range(MAX_DRAWS):
+        if len(visible) == N_VISIBLE and len(hidden) == N_HIDDEN:
+            break
+        args = family.inputs(rng, params)
+        if repr(args) in seen:
+            continue
+        seen.add(repr(args))
+        (visible if len(visible) < N_VISIBLE else hidden).append(args)
+    if len(visible) < N_VISIBLE or len(hidden) < N_HIDDEN:
+        raise RuntimeError(f"{family.name}-{index}: could not draw {N_VISIBLE + N_HIDDEN} distinct inputs")
+
+    def case(args: tuple[Any, ...]) -> dict[str, Any]:
+        return {"args": encode(list(args)), "expected": _canonical(encode(function(*copy.deepcopy(args))))}
+
+    examples = [case(args) for args in visible]
+    shown = [(decode(c["args"]), decode(c["expected"])) for c in examples]
+    return {
+        "task_id": f"{family.name}-{index}",
+        "family": family.name,
+        "difficulty": family.difficulty,
+        "format": "function",
+        "entry_point": family.entry_point,
+        "signature": signature,
+        "prompt": prompt_text(signature, statement, shown, family.entry_point),
+        "examples": examples,
+        "tests": [case(args) for args in hidden],
+        "solution": solution,
+    }
+
+
+def _canonical(tree: Any) -> Any:
+    """The encoded value with dict entries and set items in a fixed order: string hashing is
+    randomised per process, and the task files must not change from one run to the next."""
+    if isinstance(tree, list):
+        return [_canonical(v) for v in tree]
+    if isinstance(tree, dict) and len(tree) == 1:
+        ((tag, body),) = tree.items()
+        if tag in ("dict", "set", "frozenset"):
+            items = [_canonical(v) for v in body]
+            return {tag: sorted(items, key=lambda v: json.dumps(v, sort_keys=True))}
+        return {tag: _canonical(body)}
+    if isinstance(tree, dict):  # the attributes of an encoded object
+        return {key: _canonical(value) for key, value in sorted(tree.items())}
+    return tree
+
+
+def write(folder: str | Path, seed: int = SEED) -> None:
+    """Write ``{train,val,test}.jsonl`` into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for split, tasks in generate(seed).items():
+        text = "".join(json.dumps(t, sort_keys=True, ensure_ascii=False) + "\n" for t in tasks)
+        (folder / f"{split}.jsonl").write_text(text, encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Write CodeExec-v0's bundled tasks.")
+    parser.add_argument("folder", help="output folder, normally tasks/code_exec")
+    parser.add_argument("--seed", type=int, default=SEED)
+    args = parser.parse_args()
+    write(args.folder, args.seed)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,240 @@
+"""What sandboxed code cannot do: the attack catalogue's resource and escape attacks, run for real."""
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+import agentgym
+from agentgym.sandbox import Limits, Sandbox
+from agentgym.sandbox.local import UID_BASE, runtime_view
+
+SANDBOX_KUID = UID_BASE + 1000  # the host uid of every sandboxed process
+
+
+def sandbox_user_processes() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid == SANDBOX_KUID:
+                found.append(int(entry))
+        except OSError:
+            pass
+    return found
+
+
+def wait_until_no_sandbox_processes(seconds: float = 3.0) -> list[int]:
+    deadline = time.monotonic() + seconds
+    while sandbox_user_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return sandbox_user_processes()
+
+
+# -------------------------------------------------------------------------------- network
+
+
+def test_no_network_not_even_the_hosts_loopback(sandbox):
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.5)
+    port = server.getsockname()[1]
+    accepted = []
+
+    def accept() -> None:
+        try:
+            accepted.append(server.accept())
+        except OSError:
+            pass
+
+    listener = threading.Thread(target=accept)
+    listener.start()
+    code = (
+        "import socket\n"
+        f"targets = [('127.0.0.1', {port}), ('127.0.0.1', 22), ('10.0.0.1', 80), ('1.1.1.1', 53)]\n"
+        "for host, port in targets:\n"
+        "    try:\n"
+        "        socket.create_connection((host, port), timeout=1); print('NET_OK', host)\n"
+        "    except OSError as exc:\n"
+        "        print('blocked', exc.errno)\n"
+        "try:\n"
+        "    socket.getaddrinfo('example.com', 80); print('NET_OK dns')\n"
+        "except OSError:\n"
+        "    print('no dns')\n"
+    )
+    result = sandbox.run(code)
+    listener.join()
+    server.close()
+    assert "NET_OK" not in result.stdout and result.stdout.count("blocked") == 4, result
+    assert not accepted
+
+
+def test_code_cannot_bring_up_a_network(sandbox):
+    result = sandbox.run("import socket, fcntl, struct\ns = socket.socket()\ntry:\n    fcntl.ioctl(s, 0x8914, struct.pack('16sH', b'lo', 1)); print('UP')\nexcept OSError as exc:\n    print(exc.errno)")
+    assert result.stdout == "1\n"  # EPERM: no CAP_NET_ADMIN
+
+
+# ----------------------------------------------------------------------------- filesystem
+
+
+def test_host_files_are_invisible(sandbox, tmp_path):
+    secret = tmp_path / "canary.txt"
+    secret.write_text("host secret")
+    project = os.path.dirname(os.path.dirname(agentgym.__file__))
+    code = (
+        "import os\n"
+        f"for path in [{str(secret)!r}, {project!r}, '/work', '/home', '/etc/passwd', '/etc/shadow', '/root/.bashrc', '/var', '/usr/bin', '/sys']:\n"
+        "    print(path, os.path.exists(path))\n"
+        "print(sorted(os.listdir('/')))\n"
+        "print(sorted(os.listdir('/etc')), sorted(os.listdir('/dev')))\n"
+        "print([p for p in os.listdir('/proc') if p.isdigit()])\n"
+    )
+    lines = sandbox.run(code).stdout.splitlines()
+    assert all(line.endswith(" False") for line in lines[:10]), lines
+    expose, _ = runtime_view()
+    allowed_top = {p.split("/")[1] for p in expose} | {"dev", "proc", "tmp", "workspace", ".ws"}
+    assert set(eval(lines[10])) <= allowed_top  # only the runtime's own top-level folders
+    assert lines[11] == "['ld.so.cache'] ['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']"
+    assert lines[12] == "['1']"  # only the sandbox's own process
+
+
+def test_secrets_in_the_hosts_environment_do_not_leak(local_backend, fast, monkeypatch):
+    monkeypatch.setenv("AGENTGYM_CANARY_SECRET", "s3cr3t")
+    with Sandbox(local_backend, fast) as box:
+        result = box.run("import os\nprint(sorted(os.environ))\nprint(open('/proc/self/environ', 'rb').read().count(b'CANARY'))\nprint(open('/proc/1/environ', 'rb').read().count(b'CANARY'))")
+    assert result.stdout == "['HOME', 'LANG', 'PATH', 'PYTHONHASHSEED', 'USER']\n0\n0\n"
+
+
+def test_writes_stay_in_the_workspace(sandbox):
+    marker = f"agentgym_escape_{os.getpid()}"
+    code = (
+        "import os, sys\n"
+        f"for path in ['/{marker}', '/tmp/{marker}', '/dev/shm/{marker}', os.path.join(os.path.dirname(os.__file__), '{marker}'), sys.executable]:\n"
+        "    try:\n"
+        "        open(path, 'a').write('x'); print('wrote', path)\n"
+        "    except OSError as exc:\n"
+        "        print('refused', exc.errno)\n"
+    )
+    result = sandbox.run(code)
+    assert result.stdout.count("refused") == 3 and result.stdout.count("wrote") == 2  # private /tmp and /dev/shm
+    assert not any(os.path.exists(p) for p in (f"/{marker}", f"/tmp/{marker}", f"/dev/shm/{marker}"))
+    assert sandbox.run(f"import os; print(os.path.exists('/tmp/{marker}'))").stdout == "False\n"  # fresh /tmp per run
+
+
+def test_no_privileges_left(sandbox):
+    status = sandbox.run("print(open('/proc/self/status').read())").stdout
+    fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+    assert fields["Uid"].split() == ["1000"] * 4 and fields["Gid"].split() == ["1000"] * 4
+    assert fields["CapEff"] == fields["CapPrm"] == fields["CapInh"] == fields["CapAmb"] == "0000000000000000"
+    assert fields["NoNewPrivs"] == "1"
+    escapes = sandbox.run(
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "for flag in (0x10000000, 0x00020000, 0x40000000, 0x20000000):\n"
+        "    print(libc.unshare(flag), ctypes.get_errno())\n"
+        "print(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno())\n"
+        "print(libc.chroot(b'/tmp'), ctypes.get_errno())"
+    )
+    assert escapes.stdout.split("\n")[:6] == ["-1 28", "-1 1", "-1 1", "-1 1", "-1 1", "-1 1"]
+
+
+def test_runs_cannot_see_each_other(local_backend, fast):
+    with Sandbox(local_backend, fast) as first, Sandbox(local_backend, fast) as second:
+        background = first.start("import time; print('started', flush=True); time.sleep(2)")
+        assert background.readline(timeout=3) == b"started\n"
+        seen = second.run("import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))")
+        background.kill()
+        background.wait()
+    assert seen.stdout == "[1]\n"
+
+
+# ------------------------------------------------------------------------------ resources
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "while True: pass",
+        "import time; time.sleep(10**6)",
+        "import signal\nfor s in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT, signal.SIGXCPU, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\nwhile True: pass",
+    ],
+    ids=["infinite_loop", "sleep_forever", "ignore_signals_then_loop"],
+)
+def test_wall_clock_limit_kills(sandbox, fast, code):
+    start = time.monotonic()
+    result = sandbox.run(code)
+    assert result.timed_out and result.returncode == -9
+    assert time.monotonic() - start < fast.wall_time_s + 2
+
+
+def test_cpu_limit_kills_before_the_wall_clock(local_backend):
+    with Sandbox(local_backend, Limits(wall_time_s=20, cpu_time_s=1)) as box:
+        start = time.monotonic()
+        result = box.run("while True: pass")
+    assert not result.timed_out and result.returncode == -9 and time.monotonic() - start < 10
+
+
+def test_memory_is_capped(sandbox, fast):
+    result = sandbox.run(
+        "import mmap\nmaps = []\ntry:\n    while True: maps.append(mmap.mmap(-1, 32 << 20))\nexcept (OSError, MemoryError) as exc:\n    print(len(maps), type(exc).__name__)"
+    )
+    count, kind = result.stdout.split()
+    assert int(count) * (32 << 20) <= fast.memory_bytes and kind in ("OSError", "MemoryError")
+    assert "MemoryError" in sandbox.run("x = bytearray(1 << 30)").stderr
+
+
+def test_fork_bomb_hits_the_process_limit_and_leaves_nothing(sandbox):
+    code = (
+        "import os, time\nn = 0\ntry:\n"
+        "    while n < 10000:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(30); os._exit(0)\n"
+        "        n += 1\n"
+        "except OSError as exc:\n    print('stopped at', n, exc.errno)\n"
+    )
+    result = sandbox.run(code)
+    assert result.stdout.startswith("stopped at") and result.stdout.split()[-1] == "11"  # EAGAIN
+    assert int(result.stdout.split()[2]) < Limits().max_processes
+    assert wait_until_no_sandbox_processes() == []
+
+
+def test_process_limit_is_per_run(local_backend):
+    limits = Limits(wall_time_s=5, max_processes=8)
+    hold = "import os, time\nkids = []\nfor _ in range(5):\n    pid = os.fork()\n    if pid == 0: time.sleep(3); os._exit(0)\n    kids.append(pid)\nprint('forked', len(kids), flush=True)\ntime.sleep(3)"
+    with Sandbox(local_backend, limits) as a, Sandbox(local_backend, limits) as b:
+        first, second = a.start(hold), b.start(hold)
+        lines = [first.readline(timeout=5), second.readline(timeout=5)]
+        first.kill(), second.kill()
+        first.wait(), second.wait()
+    assert lines == [b"forked 5\n"] * 2  # 12 processes together, but each run has its own 8
+
+
+def test_daemons_die_with_the_run(sandbox):
+    code = (
+        "import subprocess, sys\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(2); open(\"/workspace/daemon.txt\", \"w\").write(\"alive\")'], start_new_session=True)\n"
+        "print('spawned')"
+    )
+    assert sandbox.run(code).stdout == "spawned\n"
+    assert wait_until_no_sandbox_processes() == []
+    time.sleep(2.5)
+    assert sandbox.run("import os; print(os.path.exists('daemon.txt'))").stdout == "False\n"
+
+
+def test_timeout_kills_the_whole_tree(sandbox):
+    code = "import os, time\nfor _ in range(4):\n    if os.fork() == 0:\n        os.setsid(); time.sleep(60)\ntime.sleep(60)"
+    assert sandbox.run(code).timed_out
+    assert wait_until_no_sandbox_processes() == []
+
+
+def test_output_flood_is_cut_and_bounded(sandbox, fast):
+    result = sandbox.run("import sys\nwhile True: sys.stdout.write('x' * 65536)")
+    assert result.stdout_truncated and len(result.stdout) == fast.max_output_bytes and result.timed_out
+
+
+def test_file_size_and_open_files_are_capped(local_backend):
+    limits = Limits(wall_time_s=10, max_file_bytes=1 << 20, max_open_files=32)
+    with Sandbox(local_backend, limits) as box:
+        big = box.run("try:\n    open('big', 'wb').write(b'x' * (2 << 20))\nexcept OSError as exc:\n    print(exc.errno)")
+        files = box.run("handles = []\ntry:\n    while True: handles.append(open('/dev/null'))\nexcept OSError as exc:\n    print(len(handles) < 32, exc.errno)")
+    assert big.stdout == "27\n"  # EFBIG
+    assert files.stdout == "True 24\n"  # EMFILE
