@@ -202,10 +202,10 @@ class AnswerExtractor:
         for strategy in self.order:
             candidates = self._candidates(strategy, text)
             if candidates:
-                found = self._decide(strategy, tuple(candidates))
-                if found.answer is not None and len(found.answer) > self.max_answer_chars:
-                    return Extraction(None, strategy, (), f"answer is {len(found.answer)} characters long (at most {self.max_answer_chars})")
-                return found
+                longest = max(len(c) for c in candidates)
+                if longest > self.max_answer_chars:
+                    return Extraction(None, strategy, (), f"answer is {longest} characters long (at most {self.max_answer_chars})")
+                return self._decide(strategy, tuple(candidates))
         stripped = text.strip()
         if not stripped:
             return Extraction(None, problem="empty response")
@@ -231,6 +231,6 @@ class AnswerExtractor:
         # Cosmetic differences (spacing, \text{}, a box in a box) do not make answers different.
         distinct = list(dict.fromkeys("".join(strip_latex(c).split()) for c in candidates))
         if len(distinct) > 1:
-            shown = ", ".join(repr(c) for c in distinct[:4]) + (", ..." if len(distinct) > 4 else "")
+            shown = ", ".join(f"'{c}'" for c in distinct[:4]) + (", ..." if len(distinct) > 4 else "")
             return Extraction(None, strategy, candidates, f"{len(distinct)} different {strategy} answers: {shown}")
         return Extraction(candidates[-1], strategy, candidates)

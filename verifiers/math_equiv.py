@@ -50,7 +50,7 @@ _DELIMITED = re.compile(r"\$|\\\(|\\\[|\\boxed|\\fbox")
 # 1+1/\mathrm{e} both parse as 1; the plain letter is Euler's number to it.
 _UPRIGHT_E = re.compile(r"\\mathrm\{\s*e\s*\}")
 _PLAIN_NUMBER = re.compile(r"-?\d{1,100}(?:\.\d{1,100})?")
-_OUTER_DOLLARS = re.compile(r"\$+(.*?)\$+", re.DOTALL)
+_MAX_BARE_NUMBER_CHARS = 300  # a plain number (at most 201 characters) with its wrapping
 _OUTER_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 # Where math-verify rounds: it compares numbers with a float on either side at 6 decimals, in
 # SymPy floats of 15 significant digits.
@@ -93,11 +93,14 @@ def prepare_answer(answer: str) -> str:
 
 
 def _bare_number(answer: str) -> str | None:
+    if len(answer) > _MAX_BARE_NUMBER_CHARS:
+        return None
     text = answer.strip()
-    for wrapper in (_OUTER_DOLLARS, _OUTER_BOXED):
-        match = wrapper.fullmatch(text)
-        if match:
-            text = match.group(1).strip()
+    if len(text) > 1 and text.startswith("$") and text.endswith("$"):
+        text = text.strip("$").strip()
+    boxed = _OUTER_BOXED.fullmatch(text)
+    if boxed:
+        text = boxed.group(1).strip()
     return text if _PLAIN_NUMBER.fullmatch(text) else None
 
 

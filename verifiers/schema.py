@@ -8,7 +8,6 @@ tool name to its parameters schema. :func:`tool_schemas` turns each into ``{name
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Any
@@ -24,7 +23,6 @@ ToolSpecs = Mapping[str, Mapping[str, Any]] | Iterable[Any]
 """Tools in any accepted shape (see the module docstring)."""
 
 _MAX_ERRORS = 5
-_FENCE = re.compile(r"^\s*```(?:json)?\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL | re.IGNORECASE)
 
 
 @lru_cache(maxsize=256)
@@ -69,13 +67,22 @@ def validate_json(instance: Any, schema: Mapping[str, Any]) -> RewardResult:
 
 def validate_json_text(text: str, schema: Mapping[str, Any]) -> RewardResult:
     """Like :func:`validate_json` for a JSON document given as text (a ```json fence is allowed)."""
-    fenced = _FENCE.match(text)
     try:
-        instance = json.loads(fenced.group(1) if fenced else text)
+        instance = json.loads(_unfenced(text))
     except (json.JSONDecodeError, RecursionError) as exc:
         reason = exc.msg if isinstance(exc, json.JSONDecodeError) else "nesting too deep"
         return RewardResult(0.0, f"not valid JSON: {reason}", passed=False)
     return validate_json(instance, schema)
+
+
+def _unfenced(text: str) -> str:
+    # String operations, not a regex: a backtracking pattern over a long unclosed fence is slow.
+    stripped = text.strip()
+    if stripped.startswith("```") and stripped.endswith("```") and len(stripped) >= 6:
+        inner = stripped[3:-3]
+        first_line, newline, rest = inner.partition("\n")
+        return rest if newline and first_line.strip().lower() in ("", "json") else inner
+    return text
 
 
 def tool_schemas(tools: ToolSpecs) -> dict[str, dict[str, Any]]:

@@ -131,9 +131,9 @@ class HFBackend:
         if row.token_ids[-1] in row.stop_ids:
             return "stop"
         if row.params.stop:
-            # A stop string is at most len(s) characters, so a short token tail is enough to find it
-            # (every earlier occurrence would already have ended the row).
-            window = max(len(s) for s in row.params.stop) + 8
+            # A character is at most 4 bytes and a token at least 1, so this tail holds any stop string
+            # that the newest token completed (an earlier occurrence would already have ended the row).
+            window = 4 * max(len(s) for s in row.params.stop) + 1
             tail = self.tokenizer.decode(row.token_ids[-window:], skip_special_tokens=False)
             if any(s in tail for s in row.params.stop):
                 return "stop"

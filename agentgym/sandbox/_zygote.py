@@ -90,8 +90,8 @@ def main() -> NoReturn:
     os.setresgid(0, 0, 0)
     os.setgroups([])
     os.setresuid(0, 0, 0)
-    # The uid change made us non-dumpable, which would leave /proc/<pid> of every child owned
-    # by the host's root, out of reach of the init process that writes a run's id maps.
+    # The uid change made us non-dumpable, which hands /proc/<pid> of the server and of every
+    # run to the host's root: a run could not even write its own /proc/self/oom_score_adj.
     linux.prctl(linux.PR_SET_DUMPABLE, 1)
     # A mount namespace owned by the new user namespace (the view's mounts stay locked
     # read-only in it) lets the server and each run mount their own proc, tmp and workspace.
@@ -190,7 +190,7 @@ class Run:
 
     __slots__ = ("pid", "pidfd", "status_fd", "report_fd", "deadline", "workspace", "timed_out", "killed")
 
-    def __init__(self, pid: int, status_fd: int, report_fd: int, deadline: float, workspace: str | None):
+    def __init__(self, pid: int, status_fd: int, report_fd: int, deadline: float, workspace: str):
         self.pid = pid
         self.pidfd = os.pidfd_open(pid)
         self.status_fd = status_fd
@@ -302,9 +302,9 @@ class Server:
             return
         stdin_fd, stdout_fd, stderr_fd, status_fd = fds
         run_id = str(message["run"])
-        workspace = message.get("workspace")
+        workspace = str(message["workspace"])
         problem = None
-        if workspace is not None and (workspace not in self.workspaces or self.workspaces[workspace]["closing"]):
+        if workspace not in self.workspaces or self.workspaces[workspace]["closing"]:
             problem = f"workspace {workspace!r} is not open"
         elif run_id in self.runs:
             problem = f"duplicate run id {run_id!r}"
@@ -314,9 +314,7 @@ class Server:
             try:
                 linux.unshare(linux.CLONE_NEWPID)
                 try:
-                    T0 = time.process_time()
                     pid = os.fork()
-                    if pid: self.forkcpu = getattr(self, "forkcpu", 0) + time.process_time() - T0
                 finally:
                     if pid != 0:
                         linux.setns(self.pidns, linux.CLONE_NEWPID)
@@ -334,18 +332,13 @@ class Server:
         self.runs[run_id] = run
         self.by_pidfd[run.pidfd] = run_id
         self.poller.register(run.pidfd, select.POLLIN)
-        if workspace is not None:
-            self.workspaces[workspace]["runs"] += 1
+        self.workspaces[workspace]["runs"] += 1
 
     def _reap(self, run_id: str) -> None:
         run = self.runs.pop(run_id)
         del self.by_pidfd[run.pidfd]
         self.poller.unregister(run.pidfd)
-        _, status, ru = os.wait4(run.pid, 0)
-        self.gcpu = getattr(self, "gcpu", 0) + ru.ru_utime + ru.ru_stime
-        self.n = getattr(self, "n", 0) + 1
-        if self.n % 100 == 0:
-            print("Z fork cpu ms", self.forkcpu/self.n*1000, "G cpu ms", self.gcpu/self.n*1000, "Z total", time.process_time()/self.n*1000, file=sys.stderr, flush=True)
+        _, status = os.waitpid(run.pid, 0)
         os.close(run.pidfd)
         report = _read_all(run.report_fd)
         os.close(run.report_fd)
@@ -356,9 +349,8 @@ class Server:
         else:
             result["returncode"] = os.waitstatus_to_exitcode(status)
         _write_status(run.status_fd, result)
-        if run.workspace is not None:
-            self.workspaces[run.workspace]["runs"] -= 1
-            self._drop_if_idle(run.workspace)
+        self.workspaces[run.workspace]["runs"] -= 1
+        self._drop_if_idle(run.workspace)
 
 
 def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: int, report_fd: int) -> NoReturn:
@@ -373,7 +365,7 @@ def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: 
             os.dup2(fd, target)
         os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         limits = message["limits"]
-        _private_namespaces(limits, message.get("workspace"))
+        _private_namespaces(limits, str(message["workspace"]))
         with open("/proc/self/oom_score_adj", "w") as handle:
             handle.write("1000")  # under memory pressure, sandboxes go first
         _set_limits(limits)
@@ -397,18 +389,14 @@ def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: 
     bootstrap.execute(request["code"])
 
 
-def _private_namespaces(limits: dict[str, Any], workspace: str | None) -> None:
+def _private_namespaces(limits: dict[str, Any], workspace: str) -> None:
     """New mount, network, IPC and UTS namespaces: own /proc, /tmp, /dev/shm and workspace, no network."""
     linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS)
     private = linux.MS_NOSUID | linux.MS_NODEV
     linux.mount("proc", "/proc", "proc", private | linux.MS_NOEXEC)
     linux.mount("agentgym-tmp", "/tmp", "tmpfs", private, f"size={limits['workspace_bytes']},mode=1777")
     linux.mount("agentgym-shm", "/dev/shm", "tmpfs", private | linux.MS_NOEXEC, "size=16m,mode=1777")
-    if workspace is None:
-        options = f"size={limits['workspace_bytes']},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}"
-        linux.mount("agentgym-workspace", "/workspace", "tmpfs", private, options)
-    else:
-        linux.mount(f"{WORKSPACES}/{workspace}", "/workspace", None, linux.MS_BIND)
+    linux.mount(f"{WORKSPACES}/{workspace}", "/workspace", None, linux.MS_BIND)
     linux.umount(WORKSPACES, linux.MNT_DETACH)  # other episodes' workspaces disappear
     linux.sethostname("sandbox")
 

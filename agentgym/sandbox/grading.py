@@ -163,8 +163,7 @@ class Grader:
                         return passed, count, [str(n) for n in message.get("failures", [])][:5]
                     reply = None
                     if server_alive and isinstance(message.get("call"), str):
-                        server.send(_line(message), timeout=max(0.0, deadline - time.monotonic()))
-                        reply = _reply(_message(server, deadline))
+                        reply = _ask(server, message, deadline)
                     if reply is None:
                         server_alive = False
                         reply = {"raised": "SubmissionStopped", "message": "the submission crashed, exited or timed out"}
@@ -179,12 +178,7 @@ class Grader:
 def _run_cases(server: SandboxProcess, tests: FunctionTests, deadline: float) -> tuple[int, list[str]]:
     passed, notes = 0, []
     for index, case in enumerate(tests.cases):
-        try:
-            server.send(_line({"call": tests.entry_point, "args": case.args}), timeout=max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
-            notes.append(f"case {index}: the submission stopped reading")
-            break
-        reply = _reply(_message(server, deadline))
+        reply = _ask(server, {"call": tests.entry_point, "args": case.args}, deadline)
         if reply is None:
             notes.append(f"case {index}: no answer (crashed, exited or timed out)")
             break  # the remaining cases have no answer either
@@ -198,6 +192,15 @@ def _run_cases(server: SandboxProcess, tests: FunctionTests, deadline: float) ->
         else:
             notes.append(f"case {index}: {'raised ' + str(reply['raised']) if 'raised' in reply else 'wrong answer'}")
     return passed, notes
+
+
+def _ask(server: SandboxProcess, request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+    """Send one call to the submission and return its well-formed answer, or None if it gave none."""
+    try:
+        server.send(_line(request), timeout=max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        return None  # it stopped reading its input
+    return _reply(_message(server, deadline))
 
 
 def _program(role: str, *args: Any) -> str:

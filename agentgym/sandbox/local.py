@@ -165,7 +165,7 @@ class LocalBackend(Backend):
             finally:
                 self._lock.release()
 
-    def start(self, workspace: str | None, request: bytes, limits: Limits) -> SandboxProcess:
+    def start(self, workspace: str, request: bytes, limits: Limits) -> SandboxProcess:
         run_id = f"r{next(self._ids)}"
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()

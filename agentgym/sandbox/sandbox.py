@@ -122,10 +122,11 @@ class Sandbox:
             stdin: the program's standard input.
             isolated: like ``python -I``: the workspace is not on ``sys.path``.
         """
-        process = self.start(code, files=files, isolated=isolated)
-        if stdin:
-            process.send(stdin.encode() if isinstance(stdin, str) else stdin, timeout=self.limits.wall_time_s)
-        return process.wait()
+        if self._workspace is None:
+            raise SandboxError("this sandbox is closed")
+        # The input follows the request on the same stream, so wait() feeds it as the code reads.
+        data = encode_request(code, files, isolated=isolated) + (stdin.encode() if isinstance(stdin, str) else bytes(stdin))
+        return self.backend.start(self._workspace, data, self.limits).wait()
 
     def start(self, code: str, *, files: Mapping[str, str | bytes] | None = None, isolated: bool = False) -> SandboxProcess:
         """Start ``code`` and return the running process, whose standard input stays open."""

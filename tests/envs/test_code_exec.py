@@ -197,3 +197,12 @@ def test_bad_task_sources_are_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="unrecognised task record"):
         gym.make(ENV_ID, tasks=unknown)
     assert load_tasks(bundled("val")[:2])[0]["task_id"] == bundled("val")[0]["task_id"]
+
+
+def test_labelled_set_is_reproducible(tmp_path):
+    from agentgym.envs.code_exec import labelled
+    from agentgym.rollout import write_jsonl
+
+    out = tmp_path / "labelled.jsonl"
+    write_jsonl(out, labelled.build())
+    assert out.read_bytes() == (resources.files("agentgym.tasks") / "code_exec" / "labelled.jsonl").read_bytes()

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from agentgym.models import SamplingParams
+from agentgym.models import GenerationBackend, SamplingParams
 from agentgym.models.hf import sample_next
 
 QUESTIONS = ["What is 2+2?", "Name a colour.", "Write one short sentence about the sea, please."]
@@ -27,6 +27,7 @@ def prompts(tokenizer) -> list[list[int]]:
 
 
 def test_batched_greedy_equals_one_prompt_at_a_time(backend, prompts) -> None:
+    assert isinstance(backend, GenerationBackend)
     params = SamplingParams(temperature=0, max_new_tokens=8)
     batched = backend.generate(prompts, params)
     singles = [backend.generate([p], params)[0] for p in prompts]

@@ -9,6 +9,7 @@ import pytest
 from agentgym.models import (
     BackendError,
     ChatRenderer,
+    GenerationBackend,
     OpenAICompatibleBackend,
     RenderCheck,
     SamplingParams,
@@ -36,6 +37,7 @@ def test_request_asks_for_token_ids_and_logprobs(fake_server, tokenizer) -> None
     fake_server.responder = echo_last_tokens(fake_server)
     with OpenAICompatibleBackend(fake_server.base_url, tokenizer, api_key="secret") as backend:
         assert backend.model == "fake-model"
+        assert isinstance(backend, GenerationBackend)
         params = SamplingParams(temperature=0.6, top_p=0.9, max_new_tokens=7, seed=11, stop=("</tool_call>",), stop_token_ids=(2,))
         [gen] = backend.generate([[1, 30, 40, 50]], params)
     assert gen.token_ids == (30, 40, 50, 2)

@@ -133,3 +133,22 @@ def test_same_code_same_output(sandbox):
     first = sandbox.run(code)
     assert first.ok and first.stdout.startswith("1000 1 sandbox /workspace")
     assert all(sandbox.run(code).stdout == first.stdout for _ in range(3))
+
+
+def test_input_is_fed_as_the_code_reads_it(sandbox):
+    big = "x" * (1 << 20)
+    assert sandbox.run("import sys; print(len(sys.stdin.read()))", stdin=big).stdout == f"{len(big)}\n"
+    ignored = sandbox.run("print('done')", stdin=big)  # input the code never reads is dropped
+    assert ignored.stdout == "done\n" and ignored.ok
+
+
+def test_interactive_processes_answer_line_by_line(sandbox):
+    process = sandbox.start("import sys\nfor line in sys.stdin:\n    print(line.strip().upper(), flush=True)")
+    answers = []
+    for word in (b"one\n", b"two\n"):
+        process.send(word, timeout=2)
+        answers.append(process.readline(timeout=2))
+    result = process.wait()
+    assert answers == [b"ONE\n", b"TWO\n"] and result.ok and result.stdout == ""
+    with pytest.raises(TimeoutError):
+        sandbox.start("import time; time.sleep(5)").readline(timeout=0.2)

@@ -1,7 +1,7 @@
 """The Docker backend against a fake Docker client (this machine has no daemon): container
 settings, the exec stream's framing, exit codes, and cleanup of what a run leaves behind."""
 
-import socket
+import socket as sockets
 import struct
 import threading
 
@@ -39,7 +39,7 @@ class FakeAPI:
         return {"Id": "e1"}
 
     def exec_start(self, exec_id, socket=False):
-        host, daemon = socket.socketpair()
+        host, daemon = sockets.socketpair()
         threading.Thread(target=self._program, args=(daemon,), daemon=True).start()
         return host
 

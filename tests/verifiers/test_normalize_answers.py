@@ -71,6 +71,7 @@ def test_parse_number(text, value, percent, unit):
         ("1e999999", "out of range"),
         ("1/0", "division by zero"),
         ("9" * 300, "characters long"),
+        ("5 " + "a" * 40 + "1", "expected one number"),  # once backtracked exponentially
     ],
 )
 def test_parse_number_refuses(text, message):

@@ -66,6 +66,7 @@ def test_validate_json_text():
     assert validate_json_text('```json\n{"a": 1}\n```', schema).passed
     assert validate_json_text("{oops", schema).reason.startswith("not valid JSON")
     assert not validate_json_text("{}", schema).passed
+    assert validate_json_text("```" + " " * 20_000 + "x", schema).reason.startswith("not valid JSON")  # no backtracking
 
 
 def test_validate_tool_call_shapes():

@@ -78,7 +78,9 @@ class AgentGymAgentLoop(AgentLoopBase):
                     f"descriptions, more than rollout.prompt_length={self.prompt_length}; raise data.max_prompt_length"
                 )
             logprobs_reported = True
-            request_id = f"det-{kwargs.get('index', 0)}" if self.rollout_config.get("full_determinism", False) else uuid4().hex
+            # One id for the whole episode (sticky routing, prefix cache); verl's per-sample
+            # priority makes it unique and reproducible under full determinism, as in its own loops.
+            request_id = f"det-{int(kwargs.get('priority', 0))}" if self.rollout_config.get("full_determinism", False) else uuid4().hex
             while episode.wants_generation:
                 with simple_timer("generate_sequences", metrics):
                     output = await self.server_manager.generate(

@@ -1,0 +1,104 @@
+"""TokenEpisode (the token-level episode every adapter drives) and the environment pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from adapter_support import REFUND, ScriptedEngine, oracle_turns, rendered_conversation
+
+from agentgym.trainers.adapters.episode import TokenEpisode
+from agentgym.trainers.adapters.export import export_rows
+from agentgym.trainers.adapters.pool import EnvPool
+from agentgym.trainers.adapters.spec import EnvSpec
+
+
+def _spec(index: int = 0) -> EnvSpec:
+    return EnvSpec.from_json(export_rows("openrlhf", REFUND, split="val", limit=index + 1)[index]["label"])
+
+
+def _start(spec: EnvSpec, tokenizer: Any, **options: Any) -> TokenEpisode:
+    env = spec.make()
+    opening, _ = spec.reset(env)
+    return TokenEpisode(env, opening, tokenizer, **options)
+
+
+def test_oracle_episode_masks_exactly_the_sampled_tokens(tiny_tokenizer: Any) -> None:
+    spec = _spec()
+    engine = ScriptedEngine(tiny_tokenizer, oracle_turns(spec))
+    episode = _start(spec, tiny_tokenizer)
+    while episode.wants_generation:
+        turn = engine.next_turn(episode.token_ids)
+        episode.play_turn(turn, [-1.0] * len(turn))
+    tokens = episode.split()
+    assert [t for t, m in zip(tokens.response_ids, tokens.response_mask, strict=True) if m] == engine.sampled
+    assert tiny_tokenizer.decode(tokens.prompt_ids + tokens.response_ids, skip_special_tokens=False) == rendered_conversation(tiny_tokenizer, spec)
+    assert [lp for lp, m in zip(tokens.response_logprobs, tokens.response_mask, strict=True) if m] == [-1.0] * len(engine.sampled)
+    outcome = episode.outcome()
+    assert (outcome.reward, outcome.success, outcome.terminated, outcome.truncated) == (1.0, True, True, False)
+    assert outcome.metrics()["agentgym_turns"] == len(engine.turns)
+    # Every generation prompt is the whole sequence so far.
+    assert all(prompt == (tokens.prompt_ids + tokens.response_ids)[: len(prompt)] for prompt, _ in engine.calls)
+
+
+def test_budget_stops_the_episode_and_scores_the_state(tiny_tokenizer: Any) -> None:
+    spec = _spec()
+    engine = ScriptedEngine(tiny_tokenizer, oracle_turns(spec))
+    episode = _start(spec, tiny_tokenizer, max_response_tokens=120)
+    while episode.wants_generation:
+        episode.play_turn(engine.next_turn(episode.token_ids)[: episode.budget_left])
+    assert episode.stopped_by_budget and len(engine.calls) < len(engine.turns)
+    tokens = episode.split()
+    assert len(tokens.response_ids) == len(tokens.response_mask) == 120
+    outcome = episode.outcome()
+    assert (outcome.reward, outcome.terminated, outcome.truncated) == (0.0, False, True)
+    assert "stopped before the episode ended" in outcome.reason
+
+
+def test_phases_must_come_in_order(tiny_tokenizer: Any) -> None:
+    episode = _start(_spec(), tiny_tokenizer)
+    with pytest.raises(RuntimeError, match="add_generation"):
+        episode.step_env("hello")
+    with pytest.raises(ValueError, match="no tokens"):
+        episode.add_generation([])
+    with pytest.raises(ValueError, match="logprobs"):
+        episode.add_generation([5, 6], [0.0])
+    content = episode.add_generation(tiny_tokenizer("Hello there.", add_special_tokens=False)["input_ids"])
+    with pytest.raises(RuntimeError, match="step_env"):
+        episode.add_generation([5])
+    reply = episode.step_env(content)
+    assert reply is not None and reply[0]["role"] == "user"  # the scripted customer answers plain text
+    episode.add_observation(reply)
+    episode.stop()
+    assert not episode.wants_generation and episode.outcome().truncated
+    with pytest.raises(ValueError, match="max_response_tokens"):
+        _start(_spec(), tiny_tokenizer, max_response_tokens=0)
+
+
+def test_a_turn_the_budget_cut_is_closed_but_not_trained(tiny_tokenizer: Any) -> None:
+    episode = _start(_spec(), tiny_tokenizer)
+    cut = tiny_tokenizer("<tool_call>{\"name\": \"ask_cus", add_special_tokens=False)["input_ids"]
+    episode.play_turn(cut)
+    tokens = episode.split()
+    closing = len(cut)
+    assert tokens.response_ids[:closing] == cut and tokens.response_mask[:closing] == [1] * closing
+    assert tokens.response_ids[closing] == tiny_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert tokens.response_mask[closing] == 0
+    assert episode.env.unwrapped.counts["format_errors"] == 1  # the environment read the broken call
+
+
+def test_pool_reuses_environments_per_make_key() -> None:
+    pool = EnvPool(max_idle=1)
+    spec = EnvSpec(env_id=REFUND, task_id="refund-0000")
+    other = EnvSpec(env_id=REFUND, task_id="refund-0001", env_kwargs={"max_turns": 3})
+    with pool.lease(spec) as env:
+        assert pool.idle(spec) == 0
+    assert pool.idle(spec) == 1 and pool.acquire(EnvSpec(env_id=REFUND, task_id="refund-0002")) is env
+    assert pool.acquire(other) is not env  # other make() arguments need their own environment
+    pool.release(spec, env)
+    pool.release(spec, spec.make())  # beyond max_idle: closed, not kept
+    assert pool.idle(spec) == 1 and pool.idle(other) == 0
+    pool.close()
+    assert pool.idle(spec) == 0
+    with pytest.raises(ValueError, match="max_idle"):
+        EnvPool(max_idle=-1)
