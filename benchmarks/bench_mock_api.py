@@ -7,7 +7,8 @@ its own thread, as an async rollout worker would drive it. Faults are off (they 
 they do not change the cost of a call).
 
 The baseline, measured in the same run with the same thread layout, is a raw httpx GET to a
-trivial standard-library endpoint: the floor that any HTTP tool call in Python pays.
+trivial standard-library endpoint: the floor that any HTTP tool call in Python pays. Baseline
+and tool calls alternate in rounds, so a change in machine load affects both alike.
 
     python benchmarks/bench_mock_api.py                  # 1, 16, 256 episodes
     python benchmarks/bench_mock_api.py --calls 200 --concurrency 1,16 --json out.json
@@ -73,51 +74,79 @@ def _timed(n: int, call: Callable[[int], object]) -> list[float]:
     return out
 
 
-def baseline(concurrency: int, calls: int) -> tuple[list[float], float]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trivial)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/ping"
-    clients = [httpx.Client(trust_env=False) for _ in range(concurrency)]
-    try:
-        for c in clients:
-            c.get(url)  # connect outside the timing
+class Baseline:
+    """``concurrency`` httpx clients, each with a connection to a trivial stdlib endpoint."""
 
-        def worker(c: httpx.Client) -> Callable[[], list[float]]:
-            return lambda: _timed(calls, lambda i: c.get(url).content)
+    def __init__(self, concurrency: int):
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trivial)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._url = f"http://127.0.0.1:{self._server.server_address[1]}/ping"
+        self._clients = [httpx.Client(trust_env=False) for _ in range(concurrency)]
+        for client in self._clients:
+            client.get(self._url)  # connect outside the timing
 
-        return _run_threads([worker(c) for c in clients])
-    finally:
-        for c in clients:
-            c.close()
-        server.shutdown()
-        server.server_close()
+    def run(self, calls: int) -> tuple[list[float], float]:
+        def worker(client: httpx.Client) -> Callable[[], list[float]]:
+            return lambda: _timed(calls, lambda i: client.get(self._url).content)
+
+        return _run_threads([worker(c) for c in self._clients])
+
+    def close(self) -> None:
+        for client in self._clients:
+            client.close()
+        self._server.shutdown()
+        self._server.server_close()
 
 
-def tool_calls(concurrency: int, calls: int) -> tuple[list[float], float]:
-    envs = [MockApiEnv(split="train", max_turns=calls + 10) for _ in range(concurrency)]
-    try:
-        actions = []
-        for index, env in enumerate(envs):
+class ToolCalls:
+    """``concurrency`` MockAPI-v0 episodes, authenticated, each with a mix of three calls."""
+
+    def __init__(self, concurrency: int, max_turns: int):
+        self._envs = [MockApiEnv(split="train", max_turns=max_turns) for _ in range(concurrency)]
+        self._actions = []
+        for index, env in enumerate(self._envs):
             env.reset(seed=index)
             observation, *_ = env.step(format_tool_call("http_request", {"method": "POST", "path": "/auth/token", "body": {"api_key": env.api_key}}))
             token = json.loads(observation[0]["content"].split("\n\n", 1)[1])["access_token"]
             headers = {"Authorization": f"Bearer {token}"}
             ticket = next(iter(env.session.world.tickets))
             # A realistic mix: a single record, a filtered page, an update.
-            actions.append([
+            self._actions.append([
                 format_tool_call("http_request", {"method": "GET", "path": f"/tickets/{ticket}", "headers": headers}),
                 format_tool_call("http_request", {"method": "GET", "path": "/tickets", "query": {"status": "open", "per_page": 5}, "headers": headers}),
                 format_tool_call("http_request", {"method": "PATCH", "path": f"/tickets/{ticket}", "body": {"priority": "high"}, "headers": headers}),
             ])
 
+    def run(self, calls: int) -> tuple[list[float], float]:
         def worker(env: MockApiEnv, mix: list[str]) -> Callable[[], list[float]]:
             return lambda: _timed(calls, lambda i: env.step(mix[i % len(mix)]))
 
-        return _run_threads([worker(env, mix) for env, mix in zip(envs, actions)])
-    finally:
-        for env in envs:
+        return _run_threads([worker(env, mix) for env, mix in zip(self._envs, self._actions)])
+
+    def close(self) -> None:
+        for env in self._envs:
             env.close()
+
+
+def measure(concurrency: int, calls: int, rounds: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Tool and baseline summaries; the two alternate in ``rounds`` rounds so load drift hits both."""
+    baseline, tools = Baseline(concurrency), ToolCalls(concurrency, max_turns=calls * rounds + 10)
+    try:
+        per_round = max(1, calls // rounds)
+        base_runs = []
+        tool_runs = []
+        for _ in range(rounds):
+            base_runs.append(baseline.run(per_round))
+            tool_runs.append(tools.run(per_round))
+        return _summary(*_merge(tool_runs)), _summary(*_merge(base_runs))
+    finally:
+        baseline.close()
+        tools.close()
+
+
+def _merge(runs: list[tuple[list[float], float]]) -> tuple[list[float], float]:
+    return [x for latencies, _ in runs for x in latencies], sum(wall for _, wall in runs)
 
 
 def _summary(latencies: list[float], wall: float) -> dict[str, float]:
@@ -133,14 +162,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--concurrency", default="1,16,256", help="comma-separated episode counts")
     parser.add_argument("--calls", type=int, default=0, help="tool calls per episode (default: 3000 total, at least 20 each)")
+    parser.add_argument("--rounds", type=int, default=5, help="alternating baseline/tool rounds (default 5)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
     results = []
     print(f"{'episodes':>8} | {'tool p50 ms':>11} {'p99 ms':>8} {'calls/s':>8} | {'raw p50 ms':>10} {'p99 ms':>8} {'calls/s':>8} | {'p50 x':>6} {'rate x':>6}")
     for concurrency in (int(c) for c in args.concurrency.split(",")):
         calls = args.calls or max(20, 3000 // concurrency)
-        base = _summary(*baseline(concurrency, calls))
-        tool = _summary(*tool_calls(concurrency, calls))
+        tool, base = measure(concurrency, calls, max(1, args.rounds))
         row = {"episodes": concurrency, "calls_per_episode": calls, "tool": tool, "baseline": base,
                "p50_ratio": tool["p50_ms"] / base["p50_ms"], "throughput_ratio": tool["calls_per_s"] / base["calls_per_s"]}
         results.append(row)

@@ -43,8 +43,7 @@ def soak(duration: float, episodes: int, fault_rate: float, checkpoints: int) ->
     stats = [{"episodes": 0, "solved": 0, "calls": 0} for _ in range(episodes)]
     errors: list[str] = []
 
-    def worker(index: int) -> None:
-        env = envs[index]
+    def worker(index: int, env: MockApiEnv) -> None:
         task_ids = env.task_ids
         n = index
         try:
@@ -58,7 +57,7 @@ def soak(duration: float, episodes: int, fault_rate: float, checkpoints: int) ->
         except Exception as exc:  # reported, and fails the soak
             errors.append(f"worker {index}: {type(exc).__name__}: {exc}")
 
-    threads = [threading.Thread(target=worker, args=(i,), name=f"soak-{i}") for i in range(episodes)]
+    threads = [threading.Thread(target=worker, args=(i, env), name=f"soak-{i}") for i, env in enumerate(envs)]
     started = time.monotonic()
     deadline = started + duration
     for t in threads:
@@ -74,7 +73,7 @@ def soak(duration: float, episodes: int, fault_rate: float, checkpoints: int) ->
     end = sample()
     for env in envs:
         env.close()
-    del envs
+    envs.clear()
     gc.collect()
     after = sample()
     totals = {key: sum(s[key] for s in stats) for key in ("episodes", "solved", "calls")}

@@ -10,6 +10,10 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = {
         "agentgym.envs.refund.env:RefundEnv",
         "Customer-support refund workflow under a written policy, with a scripted customer",
     ),
+    "agentgym/CodeExec-v0": (
+        "agentgym.envs.code_exec.env:CodeExecEnv",
+        "Write, test and submit Python code in a sandbox; graded by hidden tests",
+    ),
     "agentgym/SQL-v0": (
         "agentgym.envs.knowledge.sql_env:SQLEnv",
         "Answer questions with read-only SQL over a synthetic world snapshot",

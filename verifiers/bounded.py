@@ -148,8 +148,8 @@ def _kill_all(workers: set[_Worker], owner_pid: int) -> None:
 class BoundedPool:
     """A small pool of worker processes, each call killed when it overruns ``timeout``.
 
-    Safe to use from any number of threads. Workers start lazily, serve calls one at a time and
-    are replaced after a timeout or crash. Functions and arguments travel by pickle, so a
+    Safe to use from any number of threads. All workers start at the first call, serve calls one
+    at a time and are replaced as soon as one times out or crashes. Functions and arguments travel by pickle, so a
     function must be importable by module and name (not defined in ``__main__``); naming it as
     ``"package.module:function"`` spares the caller from importing that module itself.
 
@@ -230,17 +230,22 @@ class BoundedPool:
             while True:
                 if self._closed:
                     raise RuntimeError("BoundedPool is closed")
+                # Start every worker on first use: after a kill, the next call then finds another
+                # started worker instead of waiting for the replacement to import.
+                while len(self._live) < self.max_workers:
+                    self._spawn()
                 if self._idle:
                     # Prefer a worker that has started over a replacement still importing.
                     started = [w for w in self._idle if w.wait_started(0)]
-                    worker = started[-1] if started else self._idle[-1]
+                    worker = started[-1] if started else self._idle[0]
                     self._idle.remove(worker)
                     return worker
-                if len(self._live) < self.max_workers:
-                    worker = _Worker(self.memory_limit_mb, self.preload)
-                    self._live.add(worker)
-                    return worker
                 self._cond.wait()
+
+    def _spawn(self) -> None:
+        worker = _Worker(self.memory_limit_mb, self.preload)
+        self._live.add(worker)
+        self._idle.append(worker)
 
     def _checkin(self, worker: _Worker, *, healthy: bool) -> None:
         if not healthy or self._closed:
@@ -251,8 +256,5 @@ class BoundedPool:
             else:
                 self._live.discard(worker)
                 if not self._closed:
-                    # Start the replacement now so its start-up overlaps the caller's next work.
-                    replacement = _Worker(self.memory_limit_mb, self.preload)
-                    self._live.add(replacement)
-                    self._idle.append(replacement)
+                    self._spawn()  # now, so that its start-up overlaps other work
             self._cond.notify()

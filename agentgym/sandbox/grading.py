@@ -12,18 +12,20 @@ Its answers come back as typed JSON, and:
 
 Neither the submission's exit status nor anything it prints counts; every test needs its own
 answer. The score is the fraction of tests passed, in [0, 1]; a submission that crashes, exits
-or times out before any test runs (it never became ready) scores -1.
+or times out before any test runs (while loading, or on the very first call, before giving a
+single answer) scores -1.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from agentgym.sandbox._harness import same
+from agentgym.sandbox._harness import encode, same
 from agentgym.sandbox.backend import Backend, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.sandbox import Sandbox
@@ -43,6 +45,13 @@ class IOCase:
 
     args: list[Any]
     expected: Any
+
+    @classmethod
+    def of(cls, args: Sequence[Any], expected: Any) -> IOCase:
+        """A case from plain values; ``expected`` may be an exception class the call must raise."""
+        if isinstance(expected, type) and issubclass(expected, BaseException):
+            return cls(encode(list(args)), {"raises": expected.__name__})
+        return cls(encode(list(args)), encode(expected))
 
 
 @dataclass(frozen=True)
@@ -125,35 +134,42 @@ class Grader:
             raise TypeError(f"code must be a str; got {type(code).__name__}")
         total = len(tests.cases) if isinstance(tests, FunctionTests) else len(tests.asserts) if isinstance(tests, AssertTests) else 1
         with Sandbox(self.backend, self.limits) as box:
-            server = box.start(_program("serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
-            deadline = time.monotonic() + self.limits.wall_time_s + 1.0
+            process = box.start(_program("serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
+            submission = _Submission(process, time.monotonic() + self.limits.wall_time_s + 1.0)
+            passed, notes = 0, []
             try:
-                ready = _message(server, deadline)
-                if not (ready and ready.get("ready") is True):
-                    server.kill()
-                    return _crashed(total, ready, server)
-                if isinstance(tests, FunctionTests):
-                    passed, notes = _run_cases(server, tests, deadline)
-                else:
-                    passed, total, notes = self._run_driver(server, tests, total, deadline)
+                ready = submission.message()
+                loaded = bool(ready and ready.get("ready") is True)
+                if loaded and isinstance(tests, FunctionTests):
+                    passed, notes = _run_cases(submission, tests)
+                elif loaded:
+                    passed, total, notes = self._run_driver(submission, tests, total)
             finally:
-                server.kill()
-            stderr = server.wait().stderr
+                process.kill()
+            stderr = process.wait().stderr[-2000:]
+        if not loaded:
+            raised = ready.get("raised") if ready else None
+            what = f"{raised}: {str(ready.get('message', ''))[:200]}" if ready and isinstance(raised, str) else "it exited or timed out while loading"
+            return Grade(CRASH_SCORE, 0, total, True, f"the submission crashed before any test ran ({what})", {"stderr_tail": stderr})
+        if submission.stopped and submission.answers == 0:
+            # Dying on the first call scores like dying while loading, so printing a fake
+            # "ready" line before crashing gains nothing.
+            reason = "the submission crashed, exited or timed out before answering any test"
+            return Grade(CRASH_SCORE, 0, total, True, reason, {"stderr_tail": stderr})
         reason = f"{passed} of {total} hidden tests passed"
-        return Grade(passed / total if total else 0.0, passed, total, False, reason, {"notes": notes, "stderr_tail": stderr[-2000:]})
+        return Grade(passed / total if total else 0.0, passed, total, False, reason, {"notes": notes, "stderr_tail": stderr})
 
-    def _run_driver(self, server: SandboxProcess, tests: CheckTests | AssertTests, total: int, deadline: float) -> tuple[int, int, list[str]]:
+    def _run_driver(self, submission: _Submission, tests: CheckTests | AssertTests, total: int) -> tuple[int, int, list[str]]:
         if isinstance(tests, CheckTests):
             spec = {"kind": "check", "prompt": tests.prompt, "test": tests.test, "entry_point": tests.entry_point}
         else:
             spec = {"kind": "asserts", "asserts": list(tests.asserts), "names": list(tests.names), "setup": tests.setup, "reference": tests.reference}
         with Sandbox(self.backend, self.limits) as box:
             driver = box.start(_program("drive", spec), isolated=True)
-            driver_deadline = time.monotonic() + self.limits.wall_time_s + 1.0
-            server_alive = True
+            deadline = time.monotonic() + self.limits.wall_time_s + 1.0
             try:
                 while True:
-                    message = _message(driver, driver_deadline)
+                    message = _message(driver, deadline)
                     if message is None:
                         return 0, total, ["the test driver stopped (too slow, or broken test code)"]
                     if message.get("done") is True:
@@ -161,13 +177,10 @@ class Grader:
                         if type(passed) is not int or type(count) is not int or not 0 <= passed <= count:
                             return 0, total, ["malformed verdict from the test driver"]
                         return passed, count, [str(n) for n in message.get("failures", [])][:5]
-                    reply = None
-                    if server_alive and isinstance(message.get("call"), str):
-                        reply = _ask(server, message, deadline)
+                    reply = submission.ask(message) if isinstance(message.get("call"), str) else None
                     if reply is None:
-                        server_alive = False
                         reply = {"raised": "SubmissionStopped", "message": "the submission crashed, exited or timed out"}
-                    driver.send(_line(reply), timeout=max(0.0, driver_deadline - time.monotonic()))
+                    driver.send(_line(reply), timeout=max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 return 0, total, ["the test driver stopped reading (timed out)"]
             finally:
@@ -175,10 +188,38 @@ class Grader:
                 driver.wait()
 
 
-def _run_cases(server: SandboxProcess, tests: FunctionTests, deadline: float) -> tuple[int, list[str]]:
+class _Submission:
+    """The grader's end of the submission's sandbox: one call, one answer, until it stops."""
+
+    def __init__(self, process: SandboxProcess, deadline: float):
+        self.process = process
+        self.deadline = deadline
+        self.answers = 0
+        self.stopped = False
+
+    def message(self) -> dict[str, Any] | None:
+        return _message(self.process, self.deadline)
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        """Send one call and return its well-formed answer; None once the submission gave none."""
+        if self.stopped:
+            return None
+        try:
+            self.process.send(_line(request), timeout=max(0.0, self.deadline - time.monotonic()))
+            reply = _reply(self.message())
+        except TimeoutError:  # it stopped reading its input
+            reply = None
+        if reply is None:
+            self.stopped = True
+        else:
+            self.answers += 1
+        return reply
+
+
+def _run_cases(submission: _Submission, tests: FunctionTests) -> tuple[int, list[str]]:
     passed, notes = 0, []
     for index, case in enumerate(tests.cases):
-        reply = _ask(server, {"call": tests.entry_point, "args": case.args}, deadline)
+        reply = submission.ask({"call": tests.entry_point, "args": case.args})
         if reply is None:
             notes.append(f"case {index}: no answer (crashed, exited or timed out)")
             break  # the remaining cases have no answer either
@@ -192,15 +233,6 @@ def _run_cases(server: SandboxProcess, tests: FunctionTests, deadline: float) ->
         else:
             notes.append(f"case {index}: {'raised ' + str(reply['raised']) if 'raised' in reply else 'wrong answer'}")
     return passed, notes
-
-
-def _ask(server: SandboxProcess, request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
-    """Send one call to the submission and return its well-formed answer, or None if it gave none."""
-    try:
-        server.send(_line(request), timeout=max(0.0, deadline - time.monotonic()))
-    except TimeoutError:
-        return None  # it stopped reading its input
-    return _reply(_message(server, deadline))
 
 
 def _program(role: str, *args: Any) -> str:
@@ -236,13 +268,3 @@ def _reply(message: dict[str, Any] | None) -> dict[str, Any] | None:
     if set(message) == {"raised", "message"} and isinstance(message["raised"], str) and isinstance(message["message"], str):
         return message
     return None
-
-
-def _crashed(total: int, ready: dict[str, Any] | None, server: SandboxProcess) -> Grade:
-    stderr = server.wait().stderr
-    if ready and isinstance(ready.get("raised"), str):
-        what = f"{ready['raised']}: {str(ready.get('message', ''))[:200]}"
-    else:
-        what = "it exited or timed out while loading"
-    reason = f"the submission crashed before any test ran ({what})"
-    return Grade(CRASH_SCORE, 0, total, True, reason, {"stderr_tail": stderr[-2000:]})

@@ -32,7 +32,7 @@ how many hidden tests passed. A turn without a tool call gets a short nudge from
 Given once, on the final step: the fraction of hidden tests the submission passes, in [0, 1]
 (HumanEval tasks: 1.0 iff the dataset's ``check`` passes; MBPP tasks: the fraction of
 ``test_list`` asserts), or -1.0 when the submission crashes, exits or times out before any test
-runs. No submission scores 0. The grader compares results outside the submission's interpreter
+runs (while loading, or on the first call before any answer). No submission scores 0. The grader compares results outside the submission's interpreter
 (exact builtin types), so printed verdicts, exit codes and objects with a lying ``__eq__`` count
 for nothing. Components: ``tests`` (the score) and ``submitted`` (a zero-weight gate).
 ``info["success"]`` is true when every hidden test passed.

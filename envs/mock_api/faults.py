@@ -30,7 +30,6 @@ __all__ = [
     "FAULT_KINDS",
     "LIST_FAULTS",
     "REFUSALS",
-    "RESPONSE_FAULTS",
     "FaultConfig",
     "FaultDraw",
     "FaultPlan",
@@ -42,8 +41,7 @@ __all__ = [
 FAULT_KINDS = ("rate_limit", "server_error", "unavailable", "timeout", "malformed_json", "empty_results", "truncated_page")
 # Faults that replace the response before the request is handled (nothing is applied).
 REFUSALS = ("rate_limit", "server_error", "unavailable")
-# Faults that alter a successful response after the request was handled.
-RESPONSE_FAULTS = ("malformed_json", "empty_results", "truncated_page")
+# Faults that empty or shorten a successful list page.
 LIST_FAULTS = ("empty_results", "truncated_page")
 
 WARNINGS = {

@@ -23,6 +23,7 @@ import json
 import os
 import secrets
 import socket
+import sys
 import threading
 import urllib.parse
 from http import HTTPStatus
@@ -38,16 +39,19 @@ THREAD_PREFIX = "agentgym-mock-api"
 # Bodies up to this size are read (and refused with 413 when over MAX_BODY_BYTES) so the client
 # gets its answer instead of a broken pipe; beyond it the connection is dropped after the answer.
 DRAIN_LIMIT = 1024 * 1024
-IDLE_TIMEOUT_S = 60.0
 _REASONS = {status.value: status.phrase for status in HTTPStatus}
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
-    # Headers and body leave in separate writes; with Nagle's algorithm on, the second one waits
-    # for the client's delayed ACK, about 40 ms per call (measured).
+    # With Nagle's algorithm on, a small write that follows an unacknowledged one waits for the
+    # client's delayed ACK: about 40 ms per call with the stdlib's separate header/body writes
+    # (measured).
     disable_nagle_algorithm = True
-    timeout = IDLE_TIMEOUT_S
+    # No idle timeout: a server-side close of an idle keep-alive connection can cross a request
+    # the client is sending on it (an LLM turn can take minutes) and fail that call. stop()
+    # closes every connection, so none outlives the server.
+    timeout = None
     server: _HTTPServer
 
     def setup(self) -> None:
@@ -129,6 +133,11 @@ class _HTTPServer(ThreadingHTTPServer):
         self._connections: set[socket.socket] = set()
         self._conn_threads: set[threading.Thread] = set()
         self._numbers = itertools.count(1)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client hanging up mid-answer is routine; anything else is a bug worth a traceback.
+        if not isinstance(sys.exc_info()[1], OSError):
+            super().handle_error(request, client_address)
 
     def process_request(self, request: Any, client_address: Any) -> None:
         # Our own thread bookkeeping: daemon threads (never block interpreter exit) that stop()

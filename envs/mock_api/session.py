@@ -24,7 +24,7 @@ import math
 import threading
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.envs.mock_api.faults import LIST_FAULTS, REFUSALS, FaultDraw, FaultPlan, garble, refusal, thin_page
@@ -90,9 +90,6 @@ class CallRecord:
     valid: bool
     fault: str | None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class _Parsed:
@@ -141,9 +138,10 @@ class Session:
         """Run one request through the pipeline; safe to call from several threads."""
         with self._lock:
             self.clock += CALL_LATENCY_S
-            parsed = _parse(request)
-            draw = self.faults.draw(_applicable(parsed.op))
+            parsed = _Parsed(None, {}, {}, None, None)
             try:
+                parsed = _parse(request)
+                draw = self.faults.draw(_applicable(parsed.op))
                 status, payload, headers, injected = self._respond(request, parsed, draw)
             except Exception as exc:  # a service bug must not kill the connection; it is kept for tests
                 if not isinstance(exc, _InvalidResponse):

@@ -4,6 +4,7 @@ running or listening, concurrent episodes, and hostile traffic on the wire."""
 import gc
 import http.client
 import json
+import multiprocessing
 import os
 import socket
 import threading
@@ -202,3 +203,30 @@ def test_traversal_and_oversized_bodies_on_the_wire(idle_server):
     finally:
         env.close()
         other.close()
+
+
+def _play_in_child(queue):
+    env = MockApiEnv(split="val", fault_rate=0.5)
+    record = run_episode(env, make_policy(env, "oracle", 0), seed=0, task_id=env.task_ids[0])
+    url = env.reset(seed=1)[1]["api_base_url"]
+    env.close()
+    queue.put((record["success"], _split(url)[1], server_status()["running"], _server_threads()))
+
+
+def test_a_forked_worker_runs_its_own_server(idle_server):
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("needs the fork start method")
+    parent = MockApiEnv(split="val")
+    port = _split(parent.reset(seed=0)[1]["api_base_url"])[1]
+    try:
+        context = multiprocessing.get_context("fork")
+        queue = context.Queue()
+        child = context.Process(target=_play_in_child, args=(queue,))
+        child.start()
+        child.join(60)
+        solved, child_port, child_running, child_threads = queue.get(timeout=10)
+        assert child.exitcode == 0 and solved and child_port != port and not child_running and child_threads == []
+        record = run_episode(parent, make_policy(parent, "oracle", 0), seed=0, task_id=parent.task_ids[0])
+        assert record["success"] and server_status()["port"] == port
+    finally:
+        parent.close()

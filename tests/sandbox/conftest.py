@@ -8,7 +8,7 @@ from agentgym.sandbox.local import leftovers
 from agentgym.sandbox.sandbox import _close_shared
 
 # Small limits keep the attack tests fast; every test that needs more says so.
-FAST = Limits(wall_time_s=3.0, cpu_time_s=2, memory_bytes=256 << 20, max_output_bytes=4096)
+FAST = Limits(wall_time_s=2.0, cpu_time_s=2, memory_bytes=256 << 20, max_output_bytes=4096)
 
 
 @pytest.fixture(scope="session")

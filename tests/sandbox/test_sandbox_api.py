@@ -150,5 +150,8 @@ def test_interactive_processes_answer_line_by_line(sandbox):
         answers.append(process.readline(timeout=2))
     result = process.wait()
     assert answers == [b"ONE\n", b"TWO\n"] and result.ok and result.stdout == ""
+    sleeper = sandbox.start("import time; time.sleep(5)")
     with pytest.raises(TimeoutError):
-        sandbox.start("import time; time.sleep(5)").readline(timeout=0.2)
+        sleeper.readline(timeout=0.2)
+    sleeper.kill()
+    assert sleeper.wait().returncode == -9

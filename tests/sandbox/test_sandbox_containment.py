@@ -167,10 +167,9 @@ def test_wall_clock_limit_kills(sandbox, fast, code):
 
 
 def test_cpu_limit_kills_before_the_wall_clock(local_backend):
-    with Sandbox(local_backend, Limits(wall_time_s=20, cpu_time_s=1)) as box:
-        start = time.monotonic()
+    with Sandbox(local_backend, Limits(wall_time_s=60, cpu_time_s=1)) as box:
         result = box.run("while True: pass")
-    assert not result.timed_out and result.returncode == -9 and time.monotonic() - start < 10
+    assert not result.timed_out and result.returncode == -9  # SIGKILL at the hard CPU limit, long before 60 s
 
 
 def test_memory_is_capped(sandbox, fast):

@@ -15,7 +15,7 @@ from agentgym.sandbox.grading import CRASH_SCORE, AssertTests, CheckTests, Funct
 
 
 def cases(pairs):
-    return tuple(IOCase(encode(list(args)), {"raises": out.__name__} if isinstance(out, type) else encode(out)) for args, out in pairs)
+    return tuple(IOCase.of(args, out) for args, out in pairs)
 
 
 TASKS = {
@@ -29,7 +29,7 @@ HONEST = {
     "is_palindrome": "def is_palindrome(s):\n    return s == s[::-1]\n",
     "mean": "def mean(xs):\n    if not xs:\n        raise ValueError('empty')\n    return sum(xs) / len(xs)\n",
 }
-LIMITS = Limits(wall_time_s=3.0, cpu_time_s=2, memory_bytes=256 << 20, max_output_bytes=1 << 20)
+LIMITS = Limits(wall_time_s=2.0, cpu_time_s=2, memory_bytes=256 << 20, max_output_bytes=1 << 20)
 
 ATTACKS = {
     # exit-status tricks
@@ -108,6 +108,12 @@ def test_crash_before_any_test_scores_minus_one(grader, name):
     task, code = ATTACKS[name]
     grade = grader.grade(code, TASKS[task])
     assert grade.score == CRASH_SCORE and grade.crashed and grade.passed == 0
+
+
+def test_a_forged_ready_line_does_not_hide_a_crash(grader):
+    code = "import json, os\nfor fd in range(1, 8):\n    try:\n        os.write(fd, b'{\"ready\": true}\\n')\n    except OSError:\n        pass\nos._exit(0)\n"
+    grade = grader.grade(code, TASKS["add"])
+    assert grade.score == CRASH_SCORE and grade.crashed and "before answering any test" in grade.reason  # the fake line got through
 
 
 def test_every_case_needs_its_own_answer(grader):

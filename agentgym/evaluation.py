@@ -1,0 +1,159 @@
+"""Evaluate a policy on an environment: success with a confidence interval, rewards, turns, tokens, errors.
+
+:func:`evaluate` rolls the policy out with :class:`~agentgym.runner.RolloutRunner` and
+:func:`eval_metrics` summarises the episodes. The metrics build on
+:func:`agentgym.rollout.summarize` (so ``agentgym rollout`` and ``agentgym eval`` name shared
+quantities alike) and add:
+
+* ``success_ci95``: the 95% Wilson score interval of the success rate (sound at 0% and 100% and
+  for a handful of episodes, where the normal approximation is not);
+* ``reward_components``: the mean of each reward component over the episodes that report it;
+* ``mean_tokens`` / ``mean_sampled_tokens``: trajectory length and trained tokens per episode;
+* ``tool_calls_per_turn`` and ``tool_error_rate`` (executed calls that raised a tool error), next to
+  ``format_errors_per_turn`` (unparseable calls, invalid arguments, unknown tools);
+* ``stop_reasons`` and ``per_difficulty`` (tasks carry a ``difficulty`` field).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+from agentgym.models import GenerationBackend
+from agentgym.rollout import summarize
+from agentgym.runner import Episode, ProgressFn, RolloutConfig, RolloutRunner, RolloutTiming
+
+__all__ = ["EvalResult", "eval_metrics", "evaluate", "print_report", "wilson_interval"]
+
+_DIFFICULTY_ORDER = {"easy": 0, "medium": 1, "hard": 2}
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion ``successes / n``."""
+    if n < 1 or not 0 <= successes <= n:
+        raise ValueError(f"need 0 <= successes <= n and n >= 1; got {successes} of {n}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1); got {confidence}")
+    z = NormalDist().inv_cdf(0.5 + confidence / 2)
+    p = successes / n
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    # Clamp rounding noise at the ends (the exact interval is [0, ...] at 0 successes).
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _final_counts(record: Mapping[str, Any]) -> dict[str, int]:
+    info = record["steps"][-1]["info"] if record["steps"] else {}
+    return {key: int(info.get(key, 0)) for key in ("tool_calls", "tool_errors", "format_errors")}
+
+
+def _group_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """``summarize`` of the records with the success interval placed after the success rate."""
+    records = [e.record for e in episodes]
+    base = summarize(records)
+    successes = sum(bool(r["success"]) for r in records)
+    metrics: dict[str, Any] = {}
+    for key, value in base.items():
+        metrics[key] = value
+        if key == "success_rate":
+            metrics["success_ci95"] = list(wilson_interval(successes, len(records)))
+    return metrics
+
+
+def eval_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """Summary metrics of finished episodes (see the module docstring for their definitions)."""
+    if not episodes:
+        raise ValueError("no episodes to evaluate")
+    components: dict[str, list[float]] = {}
+    for episode in episodes:
+        for name, value in episode.record["reward_components"].items():
+            components.setdefault(name, []).append(float(value))
+    counts = Counter[str]()
+    for episode in episodes:
+        counts.update(_final_counts(episode.record))
+    turns = sum(e.record["turns"] for e in episodes)
+    by_difficulty: dict[str, list[Episode]] = {}
+    for episode in episodes:
+        if "difficulty" in episode.record:
+            by_difficulty.setdefault(str(episode.record["difficulty"]), []).append(episode)
+    levels = sorted(by_difficulty, key=lambda d: (_DIFFICULTY_ORDER.get(d, len(_DIFFICULTY_ORDER)), d))
+    return {
+        **_group_metrics(episodes),
+        "reward_components": {name: statistics.fmean(values) for name, values in components.items()},
+        "mean_tokens": statistics.fmean(len(e.trajectory.token_ids) for e in episodes),
+        "mean_sampled_tokens": statistics.fmean(sum(e.trajectory.loss_mask) for e in episodes),
+        "tool_calls_per_turn": counts["tool_calls"] / max(turns, 1),
+        "tool_error_rate": counts["tool_errors"] / counts["tool_calls"] if counts["tool_calls"] else None,
+        "stop_reasons": dict(sorted(Counter(e.stop_reason for e in episodes).items())),
+        "per_difficulty": {level: _group_metrics(by_difficulty[level]) for level in levels},
+    }
+
+
+@dataclass
+class EvalResult:
+    """What :func:`evaluate` returns.
+
+    Attributes:
+        config: the rollout configuration.
+        episodes: the episodes, ordered by (group, member).
+        metrics: :func:`eval_metrics` of the episodes.
+        timing: where the run's wall time went (not deterministic, unlike everything else).
+    """
+
+    config: RolloutConfig
+    episodes: list[Episode]
+    metrics: dict[str, Any]
+    timing: RolloutTiming
+
+
+def evaluate(backend: GenerationBackend, config: RolloutConfig, *, progress: ProgressFn | None = None) -> EvalResult:
+    """Roll ``backend`` out as ``config`` says and summarise the episodes."""
+    runner = RolloutRunner(backend)
+    episodes = runner.run(config, progress=progress)
+    assert runner.last_timing is not None
+    return EvalResult(config=config, episodes=episodes, metrics=eval_metrics(episodes), timing=runner.last_timing)
+
+
+def _format(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, list) and len(value) == 2 and all(isinstance(v, float) for v in value):
+        return f"[{value[0]:.3f}, {value[1]:.3f}]"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_format(v)}" for k, v in value.items())
+    return str(value)
+
+
+def print_report(summary: Mapping[str, Any], console: Any = None) -> None:
+    """Print an evaluation summary (:func:`eval_metrics` plus run details) as rich tables."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    title = f"{summary['env']} — {summary['policy']} ({summary['split']})"
+    table = Table("metric", "value", title=title)
+    for key, value in summary.items():
+        if key in ("env", "policy", "split", "per_difficulty", "timing"):
+            continue
+        table.add_row(key.replace("_", " "), _format(value))
+    console.print(table)
+    if summary.get("per_difficulty"):
+        levels = Table("difficulty", "episodes", "success", "95% CI", "mean reward", "mean turns", title="per difficulty")
+        for level, m in summary["per_difficulty"].items():
+            levels.add_row(level, str(m["episodes"]), _format(m["success_rate"]), _format(m["success_ci95"]),
+                           _format(m["mean_reward"]), _format(m["mean_turns"]))
+        console.print(levels)
+    timing = summary.get("timing")
+    if timing:
+        console.print(
+            f"{timing['sampled_tokens']} tokens sampled in {timing['wall_s']:.1f} s ({timing['tokens_per_s']:.1f} tokens/s); "
+            f"generation {timing['generate_share']:.0%}, environments {timing['env_share']:.0%} of wall time"
+        )

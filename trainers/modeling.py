@@ -1,0 +1,294 @@
+"""The policy model as the trainers use it: loading (with optional LoRA), per-token logprobs and
+entropy from one forward pass, the frozen reference, and AdamW with its schedule.
+
+Conventions (those of :func:`agentgym.models.collate`): ``logprobs[b, i]`` and ``loss_mask[b, i]``
+belong to token ``input_ids[b, i]``, predicted by the logits at position ``i - 1``.
+
+Shared prefix: the trajectories of a GRPO group start with the same prompt, and in most
+environments every task starts with the same system prompt and tool list, which is usually most
+of the sequence. :func:`token_logprobs` runs the tokens that every row of a micro-batch shares
+once (batch size 1), repeats the resulting key/value cache across the rows and runs only the
+rest per row. The result and its gradient are those of the plain forward pass, up to float
+rounding: the cache tensors stay in the autograd graph, so the gradient flowing into the shared
+positions is summed over the rows exactly as the plain pass would sum it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from agentgym.models import DEFAULT_MODEL, TokenBatch, load_model
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from agentgym.trainers.config import LoRASection, OptimSection
+
+__all__ = [
+    "MIN_SHARED_PREFIX",
+    "Reference",
+    "TensorBatch",
+    "TrainerError",
+    "add_lora",
+    "load_policy",
+    "make_optimizer",
+    "token_logprobs",
+    "trainable_parameters",
+]
+
+MIN_SHARED_PREFIX = 16
+"""Shorter common prefixes are not worth a separate forward pass."""
+
+
+class TrainerError(RuntimeError):
+    """A training run cannot go on (missing optional package, no demonstrations, bad checkpoint, ...)."""
+
+
+@dataclass(frozen=True)
+class TensorBatch:
+    """A right-padded batch as torch tensors on the model's device.
+
+    Attributes:
+        input_ids: ``[B, L]`` int64.
+        attention_mask: ``[B, L]`` int64, 1 on real tokens.
+        loss_mask: ``[B, L]`` bool, True on the tokens the model sampled (or is trained on).
+        logprobs: ``[B, L]`` float32 sampling logprobs, 0 where ``loss_mask`` is False.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    logprobs: torch.Tensor
+
+    @classmethod
+    def from_tokens(cls, batch: TokenBatch, device: torch.device | str) -> TensorBatch:
+        """Move a :class:`~agentgym.models.TokenBatch` to ``device``."""
+        return cls(
+            input_ids=torch.from_numpy(batch.input_ids).to(device),
+            attention_mask=torch.from_numpy(batch.attention_mask).to(device),
+            loss_mask=torch.from_numpy(batch.loss_mask).to(device).bool(),
+            logprobs=torch.from_numpy(batch.logprobs).to(device),
+        )
+
+    def rows(self, index: torch.Tensor | slice) -> TensorBatch:
+        """The rows ``index``, cut to the longest of them (padding beyond it is dropped)."""
+        attention = self.attention_mask[index]
+        width = max(int(attention.sum(dim=1).max()), 1)
+        return TensorBatch(
+            input_ids=self.input_ids[index, :width],
+            attention_mask=attention[:, :width],
+            loss_mask=self.loss_mask[index, :width],
+            logprobs=self.logprobs[index, :width],
+        )
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def load_policy(
+    model: str | None, *, device: str = "auto", dtype: str = "auto", lora: LoRASection | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load the policy for training: eval mode (no dropout, so logprobs are deterministic), LoRA optional.
+
+    Dropout stays off for the whole run: the ratio of new to old logprobs must be 1 before the
+    first update, and sampling, old and new logprobs must all come from the same function.
+    """
+    policy, tokenizer = load_model(model or DEFAULT_MODEL, device=device, dtype=dtype)
+    if lora is not None and lora.enabled:
+        policy = add_lora(policy, lora)
+    policy.eval()
+    return policy, tokenizer
+
+
+def add_lora(model: PreTrainedModel, lora: LoRASection) -> PreTrainedModel:
+    """Wrap ``model`` with fresh LoRA adapters (only they are trainable).
+
+    Raises:
+        TrainerError: when ``peft`` is not installed.
+    """
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise TrainerError("lora.enabled needs the peft package: pip install peft") from None
+    targets: str | list[str] = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, config)
+
+
+def is_lora(model: torch.nn.Module) -> bool:
+    """True for a ``peft`` model with adapters."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    """Parameters the optimiser updates, in a fixed order."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+def make_optimizer(
+    model: torch.nn.Module, optim: OptimSection, total_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+    """AdamW over the trainable parameters and the warm-up + decay schedule over ``total_steps``."""
+    from transformers import get_scheduler
+
+    optimizer = torch.optim.AdamW(
+        trainable_parameters(model), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, weight_decay=optim.weight_decay
+    )
+    name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[optim.schedule]
+    scheduler = get_scheduler(name, optimizer, num_warmup_steps=optim.warmup_steps, num_training_steps=max(total_steps, 1))
+    return optimizer, scheduler
+
+
+def clip_and_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    max_grad_norm: float | None,
+) -> dict[str, float]:
+    """Clip the accumulated gradient, take the optimiser and schedule steps, zero the gradient.
+
+    Returns ``grad_norm`` (before clipping) and ``lr`` (the rate this step used).
+    """
+    params = trainable_parameters(model)
+    limit = math.inf if max_grad_norm is None else max_grad_norm
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
+    lr = float(optimizer.param_groups[0]["lr"])
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {"grad_norm": grad_norm, "lr": lr}
+
+
+def shared_prefix_length(batch: TensorBatch) -> int:
+    """Length of the prefix that every row shares and that no loss token's prediction needs.
+
+    The loss token at ``i`` is predicted at ``i - 1``, so the prefix stops at the first position
+    whose logits are needed; it also leaves every row at least one token of its own.
+    """
+    ids = batch.input_ids
+    if ids.shape[0] < 2:
+        return 0
+    lengths = batch.attention_mask.sum(dim=1)
+    limit = int(lengths.min()) - 1
+    needs_logits = batch.loss_mask[:, 1:].any(dim=0)
+    if bool(needs_logits.any()):
+        limit = min(limit, int(needs_logits.nonzero()[0]))
+    if limit <= 0:
+        return 0
+    differs = (ids[:, :limit] != ids[:1, :limit]).any(dim=0)
+    return int(differs.nonzero()[0]) if bool(differs.any()) else limit
+
+
+def token_logprobs(
+    model: torch.nn.Module,
+    batch: TensorBatch,
+    *,
+    temperature: float = 1.0,
+    share_prefix: bool = True,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probabilities of the loss tokens under ``model`` (gradients flow when grad is enabled).
+
+    Logits are computed only at the positions that predict a loss token, and divided by
+    ``temperature`` (the sampler's), so these are the logprobs of the distribution that was
+    sampled from (with ``top_p = 1``).
+
+    Returns:
+        ``(logprobs, entropy)``: ``[B, L]`` tensors, zero outside ``loss_mask``. ``entropy`` (of the
+        whole next-token distribution, in nats, no gradient) is ``None`` unless ``with_entropy``.
+    """
+    ids, attention, mask = batch.input_ids, batch.attention_mask, batch.loss_mask
+    rows, width = ids.shape
+    # Position j predicts token j + 1; keep the positions some row needs.
+    keep = mask[:, 1:].any(dim=0).nonzero().squeeze(1)
+    logprobs = torch.zeros(rows, width, dtype=torch.float32, device=ids.device)
+    entropy = torch.zeros_like(logprobs) if with_entropy else None
+    if keep.numel() == 0:
+        return logprobs, entropy
+
+    prefix = shared_prefix_length(batch) if share_prefix else 0
+    if prefix < MIN_SHARED_PREFIX:
+        prefix = 0
+    if prefix:
+        shared = model(input_ids=ids[:1, :prefix], use_cache=True, logits_to_keep=1)
+        cache = shared.past_key_values
+        cache.batch_repeat_interleave(rows)
+        positions = torch.arange(prefix, width, device=ids.device).expand(rows, -1)
+        out = model(
+            input_ids=ids[:, prefix:],
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=keep - prefix,
+        )
+    else:
+        out = model(input_ids=ids, attention_mask=attention, use_cache=False, logits_to_keep=keep)
+    logits = out.logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    log_probs = torch.log_softmax(logits, dim=-1)  # [B, K, V]
+    targets = ids[:, keep + 1]  # [B, K]
+    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    kept_mask = mask[:, keep + 1]
+    logprobs = logprobs.index_put((torch.arange(rows, device=ids.device)[:, None], keep[None, :] + 1), picked.masked_fill(~kept_mask, 0.0))
+    if entropy is not None:
+        with torch.no_grad():
+            per_position = -(log_probs.exp() * log_probs).sum(dim=-1)
+            entropy[:, keep + 1] = per_position.masked_fill(~kept_mask, 0.0)
+    return logprobs, entropy
+
+
+class Reference:
+    """The frozen reference policy of the KL term.
+
+    With LoRA it is the policy with its adapters switched off (no second copy in memory);
+    otherwise a frozen copy of the policy as it was when the reference was made, on ``device``
+    (e.g. the CPU, to keep accelerator memory for the policy).
+
+    Args:
+        policy: the model being trained, at the moment the reference should capture.
+        device: where a copied reference lives; ``None`` keeps the policy's device.
+    """
+
+    def __init__(self, policy: torch.nn.Module, device: str | None = None) -> None:
+        self._policy = policy
+        if is_lora(policy):
+            self.model = None
+        else:
+            self.model = copy.deepcopy(policy).requires_grad_(False).eval()
+            if device is not None:
+                self.model.to(device)
+
+    @contextmanager
+    def _active(self) -> Iterator[torch.nn.Module]:
+        if self.model is None:
+            with self._policy.disable_adapter():
+                yield self._policy
+        else:
+            yield self.model
+
+    @torch.no_grad()
+    def logprobs(self, batch: TensorBatch, *, temperature: float = 1.0, share_prefix: bool = True) -> torch.Tensor:
+        """``[B, L]`` reference logprobs of the loss tokens, on the batch's device."""
+        with self._active() as model:
+            device = next(model.parameters()).device
+            moved = batch if device == batch.input_ids.device else _to(batch, device)
+            values, _ = token_logprobs(model, moved, temperature=temperature, share_prefix=share_prefix)
+        return values.to(batch.input_ids.device)
+
+
+def _to(batch: TensorBatch, device: torch.device) -> TensorBatch:
+    return TensorBatch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.loss_mask, batch.logprobs)))
+
+
+def no_grad_if(condition: bool) -> Any:
+    """``torch.no_grad()`` when ``condition``, else a no-op context."""
+    return torch.no_grad() if condition else nullcontext()
