@@ -8,6 +8,8 @@
 # transformers<5.11, OpenRLHF ==5.15, TRL's environment_factory >=5.2), created once under
 # $AGENTGYM_CI_CACHE (default ~/.cache/agentgym-ci) and reused while its requirement list is
 # unchanged; missing environments are built in parallel, and pip's own cache makes a rebuild cheap.
+# Installs skip byte-compiling (--no-compile): on 2 cores compiling torch and transformers costs
+# more than the downloads, and Python compiles what the tests import anyway.
 # torch is pinned to the CPU build first and constrained afterwards, so no dependency can pull a
 # CUDA build. agentgym itself is installed editable (no deps) on every run, so the tests always
 # see this checkout.
@@ -61,7 +63,7 @@ ensure_venv() {
         # Environments of older requirement lists are never used again.
         rm -rf "$CACHE/$fw-"*
         "$PYTHON" -m venv "$venv"
-        local pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
+        local pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-compile)
         printf '%s\n' "$TORCH" > "$venv/constraints.txt"
         "${pip[@]}" "$TORCH"
         # shellcheck disable=SC2046,SC2086  # the requirement lists are split on purpose

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ def add_eval_commands(commands: Any) -> None:
     p.add_argument("--group-size", type=_positive_int, default=1, help="episodes per task (default 1)")
     p.add_argument("--max-turns", type=_positive_int, help="assistant turns per episode (default: the environment's)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=256, help="tokens sampled per turn at most (default 256)")
-    p.add_argument("--max-total-tokens", type=_positive_int, help="token budget of a whole trajectory, prompt included")
+    p.add_argument("--max-total-tokens", type=_positive_int, help="token budget of a whole trajectory, prompt included (default: the local model's context window)")
     p.add_argument("--temperature", type=_non_negative_float, default=1.0, help="sampling temperature, 0 = greedy (default 1.0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default 1.0)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
@@ -83,6 +84,12 @@ def _backend(args: argparse.Namespace) -> Any:
         raise CLIError(str(exc)) from None
 
 
+def _context_window(backend: Any) -> int | None:
+    """The context window of a local transformers model (a longer prompt cannot be continued)."""
+    config = getattr(getattr(backend, "model", None), "config", None)
+    return getattr(config, "max_position_embeddings", None)
+
+
 def _eval(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -92,7 +99,11 @@ def _eval(args: argparse.Namespace) -> int:
     from agentgym.rollout import write_jsonl
     from agentgym.runner import RolloutConfig
 
-    config = RolloutConfig(
+    clashing = sorted({"split", "max_turns"} & set(args.env_kwargs))
+    if clashing:
+        key = clashing[0]
+        raise CLIError(f"use --{key.replace('_', '-')} instead of setting {key} in --env-kwargs")
+    config = RolloutConfig(  # validates the values before anything is loaded
         env_id=args.env,
         split=args.split,
         num_tasks=args.episodes,
@@ -105,10 +116,14 @@ def _eval(args: argparse.Namespace) -> int:
         top_p=args.top_p,
         env_kwargs=args.env_kwargs,
     )
-    _make(args).close()  # validates the id and kwargs before the model is loaded
+    env = _make(args)  # validates the id and kwargs before the model is loaded
+    max_turns = config.max_turns or env.unwrapped.max_turns
+    env.close()
     if args.out and not Path(args.out).expanduser().resolve().parent.is_dir():
         raise CLIError(f"cannot write {args.out}: its directory does not exist")
     backend = _backend(args)
+    if config.max_total_tokens is None and _context_window(backend) is not None:
+        config = replace(config, max_total_tokens=_context_window(backend))
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task(f"{args.env} episodes", total=config.num_episodes)
@@ -124,8 +139,13 @@ def _eval(args: argparse.Namespace) -> int:
         "policy": backend.name,
         "split": args.split,
         **result.metrics,
-        "group_size": args.group_size,
-        "seed": args.seed,
+        "group_size": config.group_size,
+        "seed": config.seed,
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "max_turns": max_turns,
+        "max_new_tokens": config.max_new_tokens,
+        "max_total_tokens": config.max_total_tokens,
         "out": args.out,
         "timing": result.timing.to_dict(),
     }

@@ -252,6 +252,17 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
     def compute_reward(self) -> RewardResult:
         """The episode's reward, computed from the final state when the episode ends."""
 
+    def format_and_execution(self) -> dict[str, RewardResult]:
+        """The two process components every environment's reward shares, from the reward SDK:
+        ``format`` (mean well-formedness of the assistant turns) and ``execution`` (share of
+        executed tool calls that did not fail)."""
+        from agentgym.verifiers import episode_format_reward, execution_reward
+
+        return {
+            "format": episode_format_reward(self._messages, self.tools),
+            "execution": execution_reward(self.counts["tool_calls"], self.counts["tool_errors"]),
+        }
+
     def extra_info(self) -> dict[str, Any]:
         """Environment-specific entries added to every step's ``info``."""
         return {}

@@ -73,6 +73,7 @@ class RolloutConfig:
         env_workers: threads stepping environments in parallel.
         max_concurrent: episodes in flight at once (None: all of them). ``1`` plays the episodes one
             at a time with the same seeds, the baseline that batched generation is measured against.
+        template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
     """
 
     env_id: str
@@ -89,6 +90,7 @@ class RolloutConfig:
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     env_workers: int = 8
     max_concurrent: int | None = None
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -237,8 +239,7 @@ class _Live:
 
 
 def _make_env(config: RolloutConfig) -> gym.Env:
-    import agentgym  # noqa: F401 - registers the environments
-
+    # Importing agentgym.env (above) ran agentgym/__init__, which registered the environments.
     if config.env_id not in gym.registry:
         known = ", ".join(k for k in gym.registry if k.startswith("agentgym/"))
         raise ValueError(f"unknown environment {config.env_id!r}; known: {known}")
@@ -284,7 +285,9 @@ class RolloutRunner:
         envs = [first]
         try:
             plan = _plan(config, first.unwrapped.task_ids)
-            renderer = ChatRenderer(self.backend.tokenizer, tools=first.unwrapped.tools)
+            renderer = ChatRenderer(
+                self.backend.tokenizer, tools=first.unwrapped.tools, template_kwargs=config.template_kwargs
+            )
             slots = min(len(plan), config.max_concurrent or len(plan))
             envs.extend(_make_env(config) for _ in range(slots - 1))
             with ThreadPoolExecutor(max_workers=min(config.env_workers, slots)) as pool:

@@ -46,6 +46,11 @@ class _Trivial(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class _TrivialServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # as the MockAPI server: the default of 5 resets connections at 256 clients
+
+
 def _run_threads(workers: list[Callable[[], list[float]]]) -> tuple[list[float], float]:
     """Run one worker per thread, started together; returns all latencies and the wall time."""
     barrier = threading.Barrier(len(workers) + 1)
@@ -78,11 +83,10 @@ class Baseline:
     """``concurrency`` httpx clients, each with a connection to a trivial stdlib endpoint."""
 
     def __init__(self, concurrency: int):
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trivial)
-        self._server.daemon_threads = True
+        self._server = _TrivialServer(("127.0.0.1", 0), _Trivial)
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         self._url = f"http://127.0.0.1:{self._server.server_address[1]}/ping"
-        self._clients = [httpx.Client(trust_env=False) for _ in range(concurrency)]
+        self._clients = [httpx.Client(trust_env=False, timeout=30.0) for _ in range(concurrency)]
         for client in self._clients:
             client.get(self._url)  # connect outside the timing
 

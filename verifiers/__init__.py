@@ -41,7 +41,7 @@ from agentgym.verifiers.process import ProcessReward
 from agentgym.verifiers.result import RewardResult
 from agentgym.verifiers.schema import tool_schemas, validate_json, validate_json_text, validate_tool_call
 from agentgym.verifiers.tool_format import episode_format_reward, format_reward
-from agentgym.verifiers.tool_use import tool_use_reward
+from agentgym.verifiers.tool_use import execution_reward, tool_use_reward
 from agentgym.verifiers.trajectory import Turn, split_turns, tool_calls_of
 
 __all__ = [
@@ -81,6 +81,7 @@ __all__ = [
     "tool_calls_of",
     "tool_schemas",
     "tool_use_reward",
+    "execution_reward",
     "validate_json",
     "validate_json_text",
     "validate_tool_call",

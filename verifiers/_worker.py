@@ -9,7 +9,6 @@ It imports the preload modules, says ready, then answers ``(fn, args, cpu_second
 from __future__ import annotations
 
 import importlib
-import math
 import pickle
 import resource
 import signal
@@ -23,17 +22,12 @@ from agentgym.verifiers.bounded import READY
 _MAX_ERROR_CHARS = 300
 
 
-def _limit_cpu_for_next_call(seconds: float) -> None:
+def _arm_cpu_backstop(seconds: float) -> None:
     # Backstop for an orphan: if the parent dies while this worker is stuck in a C-level
-    # computation, nobody kills it, so the kernel ends it (SIGXCPU) once the call has used
-    # ``seconds`` of CPU time beyond what the worker used before.
-    used = resource.getrusage(resource.RUSAGE_SELF)
-    spent = used.ru_utime + used.ru_stime
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    soft = math.ceil(spent + seconds)
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+    # computation, nobody kills it, so the kernel ends it once the call has used ``seconds`` of
+    # CPU time: SIGPROF's default action terminates the process, no Python code needs to run.
+    # (Lowering RLIMIT_CPU instead is unreliable: some kernels signal at once.)
+    signal.setitimer(signal.ITIMER_PROF, seconds)
 
 
 def _limit_memory(megabytes: int) -> None:
@@ -69,10 +63,12 @@ def serve(tasks: Connection, results: Connection) -> None:
             fn, args, cpu_seconds = pickle.loads(message)
             if isinstance(fn, str):
                 fn = resolve(fn)
-            _limit_cpu_for_next_call(cpu_seconds)
+            _arm_cpu_backstop(cpu_seconds)
             reply: tuple[bool, object] = (True, fn(*args))
         except Exception as exc:  # the parent reads any failure as this call's error
             reply = (False, _describe(exc))
+        finally:
+            signal.setitimer(signal.ITIMER_PROF, 0)
         try:
             results.send(reply)
         except Exception as exc:  # e.g. an unpicklable return value

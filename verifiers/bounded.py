@@ -206,6 +206,11 @@ class BoundedPool:
         with ThreadPoolExecutor(max_workers=min(self.max_workers, len(argument_lists))) as threads:
             return list(threads.map(lambda args: self.run(fn, *args, timeout=timeout), argument_lists))
 
+    def worker_pids(self) -> list[int]:
+        """Process ids of the live workers (for monitoring, e.g. their CPU time)."""
+        with self._cond:
+            return sorted(w.process.pid for w in self._live)
+
     def close(self) -> None:
         """Kill every worker; later calls raise ``RuntimeError``."""
         with self._cond:

@@ -169,6 +169,9 @@ class MathEquivalence:
         max_workers: worker processes (default: up to 4, at most the CPU count).
         memory_limit_mb: address-space limit of each worker.
         cache_size: how many verdicts to remember (0 disables the cache).
+
+    Attributes:
+        pool: the :class:`~agentgym.verifiers.bounded.BoundedPool` running the comparisons.
     """
 
     def __init__(
@@ -184,7 +187,7 @@ class MathEquivalence:
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.timeout = timeout
-        self._pool = BoundedPool(
+        self.pool = BoundedPool(
             max_workers or max(1, min(4, os.cpu_count() or 1)),
             memory_limit_mb=memory_limit_mb,
             preload=(_WORKER_MODULE,),
@@ -217,7 +220,7 @@ class MathEquivalence:
             else:
                 pending.setdefault(key, []).append(index)
         keys = list(pending)
-        for key, outcome in zip(keys, self._pool.map(_WORKER_FUNCTION, keys, timeout=limit)):
+        for key, outcome in zip(keys, self.pool.map(_WORKER_FUNCTION, keys, timeout=limit)):
             check = MathCheck(bool(outcome.value) if outcome.ok else False, "symbolic", outcome.error, outcome.timed_out)
             if outcome.ok or outcome.timed_out:  # not a crash, which may not happen again
                 self._cache.put(key, check, limit)
@@ -227,7 +230,7 @@ class MathEquivalence:
 
     def close(self) -> None:
         """Stop the worker processes."""
-        self._pool.close()
+        self.pool.close()
 
 
 def _require_text(prediction: object, reference: object) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 from agentgym.verifiers.result import RewardResult
 from agentgym.verifiers.schema import ToolSpecs, call_name_and_arguments, tool_schemas
 
-__all__ = ["tool_use_reward"]
+__all__ = ["execution_reward", "tool_use_reward"]
 
 
 def tool_use_reward(
@@ -82,6 +82,21 @@ def tool_use_reward(
         passed=not notes,
         details={"calls": len(sequence), "duplicates": duplicates, "hallucinated": len(hallucinated), "excess": excess},
     )
+
+
+def execution_reward(tool_calls: int, tool_errors: int) -> RewardResult:
+    """Share of executed tool calls that did not fail (1.0 when none ran).
+
+    Args:
+        tool_calls: calls that passed validation and ran.
+        tool_errors: those that raised or returned an error.
+    """
+    if tool_calls < 0 or not 0 <= tool_errors <= max(tool_calls, 0):
+        raise ValueError(f"need 0 <= tool_errors <= tool_calls, got {tool_errors} and {tool_calls}")
+    if not tool_calls:
+        return RewardResult(1.0, "", passed=True)
+    score = 1 - tool_errors / tool_calls
+    return RewardResult(score, f"{tool_errors} of {tool_calls} tool calls returned errors" if tool_errors else "", passed=not tool_errors)
 
 
 def _names(known: ToolSpecs | Collection[str]) -> set[str]:

@@ -112,16 +112,11 @@ class KnowledgeEnv(ToolEnv):
     # -------------------------------------------------------------------------- reward
 
     def compute_reward(self) -> RewardResult:
-        turns = max(len(self.turn_counts), 1)
-        clean_turns = sum(1 for t in self.turn_counts if t["format_errors"] == 0)
-        format_ = RewardResult(clean_turns / turns, f"{turns - clean_turns} of {turns} turns had malformed tool calls" if clean_turns < turns else "")
-        calls, errors = self.counts["tool_calls"], self.counts["tool_errors"]
-        execution = RewardResult(1 - errors / calls if calls else 1.0, f"{errors} of {calls} tool calls returned errors" if errors else "")
         if self.submitted is None:
             completion = RewardResult(0.0, "no answer was submitted", passed=False)
         else:
             completion = check_answer(self.submitted, self.task["answer"])
-        return weighted_sum({"format": format_, "execution": execution, "completion": completion}, WEIGHTS, gate="completion")
+        return weighted_sum(self.format_and_execution() | {"completion": completion}, WEIGHTS, gate="completion")
 
     @classmethod
     def policies(cls) -> dict[str, Callable[[int], Any]]:

@@ -9,7 +9,7 @@ session turns into a JSON error response. Time is the session's logical clock, p
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentgym.envs.mock_api.spec import DEFAULT_PER_PAGE
@@ -145,22 +145,21 @@ class Helpdesk:
     # --------------------------------------------------------------------- tickets
 
     def list_tickets(self, query: Record) -> Record:
-        statuses = set(query["status"].split(",")) if "status" in query else None
-        q = query.get("q", "").lower()
-        unassigned = query.get("unassigned")
-
-        def keep(t: Record) -> bool:
-            return (
-                (statuses is None or t["status"] in statuses)
-                and query.get("priority", t["priority"]) == t["priority"]
-                and query.get("assignee_id", t["assignee_id"]) == t["assignee_id"]
-                and query.get("requester_id", t["requester_id"]) == t["requester_id"]
-                and (unassigned is None or (t["assignee_id"] is None) == unassigned)
-                and ("tag" not in query or query["tag"] in t["tags"])
-                and q in t["subject"].lower()
-            )
-
-        return _page(filter(keep, self.world.tickets.values()), query)
+        # Only the filters given are checked: most lists use one or two of the seven.
+        checks: list[Callable[[Record], bool]] = []
+        if "status" in query:
+            statuses = set(query["status"].split(","))
+            checks.append(lambda t: t["status"] in statuses)
+        for name in ("priority", "assignee_id", "requester_id"):
+            if name in query:
+                checks.append(lambda t, name=name, value=query[name]: t[name] == value)
+        if "unassigned" in query:
+            checks.append(lambda t, unassigned=query["unassigned"]: (t["assignee_id"] is None) == unassigned)
+        if "tag" in query:
+            checks.append(lambda t, tag=query["tag"]: tag in t["tags"])
+        if "q" in query:
+            checks.append(lambda t, q=query["q"].lower(): q in t["subject"].lower())
+        return _page((t for t in self.world.tickets.values() if all(check(t) for check in checks)), query)
 
     def create_ticket(self, body: Record, now: float) -> Record:
         self._get("customers", body["requester_id"], "customer", status=422, field="body.requester_id")

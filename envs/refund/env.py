@@ -252,15 +252,9 @@ class RefundEnv(ToolEnv):
     # -------------------------------------------------------------------------- reward
 
     def compute_reward(self) -> RewardResult:
-        turns = max(len(self.turn_counts), 1)
-        clean_turns = sum(1 for t in self.turn_counts if t["format_errors"] == 0)
-        format_ = RewardResult(clean_turns / turns, f"{turns - clean_turns} of {turns} turns had malformed tool calls" if clean_turns < turns else "")
-        calls = self.counts["tool_calls"]
-        errors = self.counts["tool_errors"]
-        execution = RewardResult(1 - errors / calls if calls else 1.0, f"{errors} of {calls} tool calls returned errors" if errors else "")
         problems = self._completion_problems()
         completion = RewardResult(0.0 if problems else 1.0, "; ".join(problems) or "task solved", passed=not problems)
-        return weighted_sum({"format": format_, "execution": execution, "completion": completion}, WEIGHTS, gate="completion")
+        return weighted_sum(self.format_and_execution() | {"completion": completion}, WEIGHTS, gate="completion")
 
     def _completion_problems(self) -> list[str]:
         expected = self.task["expected"]

@@ -167,15 +167,21 @@ def _raw(port, data):
     return int(head.split(b" ")[1]), json.loads(body)
 
 
-@pytest.mark.parametrize("request_bytes,status,code", [
-    (b"GET /s/not-a-session/tickets HTTP/1.1\r\nHost: a\r\n\r\n", 404, "unknown_session"),
-    (b"GET /etc/passwd HTTP/1.1\r\nHost: a\r\n\r\n", 404, "unknown_session"),
-    (b"GARBAGE\r\n\r\n", 400, "http_400"),
-    (b"BREW /s/x/ HTTP/1.1\r\nHost: a\r\n\r\n", 501, "http_501"),
-    (b"GET /s/x/ HTTP/1.1\r\nHost: a\r\nContent-Length: nope\r\n\r\n", 404, "unknown_session"),
-    (b"POST /s/x/tickets HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411, "http_411"),
-])
-def test_hostile_wire_traffic_gets_json_errors(idle_server, request_bytes, status, code):
+HOSTILE = {
+    "unknown session": (b"GET /s/not-a-session/tickets HTTP/1.1\r\nHost: a\r\n\r\n", 404, "unknown_session"),
+    "outside the sessions": (b"GET /etc/passwd HTTP/1.1\r\nHost: a\r\n\r\n", 404, "unknown_session"),
+    "garbage request line": (b"GARBAGE\r\n\r\n", 400, "http_400"),
+    "unknown method": (b"BREW /s/x/ HTTP/1.1\r\nHost: a\r\n\r\n", 404, "unknown_session"),
+    "bad content length": (b"GET /s/x/ HTTP/1.1\r\nHost: a\r\nContent-Length: nope\r\n\r\n", 400, "http_400"),
+    "no host header": (b"GET /s/x/ HTTP/1.1\r\n\r\n", 400, "http_400"),
+    "endless header": (b"GET /s/x/ HTTP/1.1\r\nHost: a\r\nX-Big: " + b"a" * 100_000, 431, "http_431"),
+    "chunked body": (b"POST /s/x/tickets HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411, "http_411"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_wire_traffic_gets_json_errors(idle_server, case):
+    request_bytes, status, code = HOSTILE[case]
     lease = acquire_server()
     try:
         got_status, body = _raw(lease.server.port, request_bytes)

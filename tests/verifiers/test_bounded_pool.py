@@ -51,6 +51,12 @@ def test_uncatchable_computation_is_killed_within_its_limit(pool):
     assert pool.run(operator.add, 1, 1, timeout=30).value == 2
 
 
+def test_short_limit_after_a_long_one_is_still_a_timeout(pool):
+    # The per-call CPU backstop must follow each call's own limit, down as well as up.
+    assert pool.run(operator.add, 1, 1, timeout=120).ok
+    assert pool.run(pow, *ENDLESS, timeout=0.5).timed_out
+
+
 def test_memory_limit_turns_a_huge_allocation_into_an_error():
     with BoundedPool(1, memory_limit_mb=512) as small:
         outcome = small.run(bytearray, 4 * 1024**3, timeout=30)
@@ -109,7 +115,7 @@ def test_close_kills_workers():
 
 def test_orphaned_worker_dies_by_its_cpu_backstop(tmp_path: Path):
     # The parent dies (SIGKILL, no cleanup) while its worker is stuck in C code; the worker's
-    # per-call CPU limit (timeout + 1 s) must end it.
+    # per-call CPU timer (timeout + 1 s, SIGPROF) must end it.
     script = tmp_path / "orphan.py"
     script.write_text(
         textwrap.dedent(

@@ -45,7 +45,7 @@ from agentgym.tools import Tool, tools_of
 from agentgym.trainers.adapters.episode import EpisodeOutcome, TokenEpisode, episode_outcome
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.pool import EnvPool
-from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec, SpecError
+from agentgym.trainers.adapters.spec import EnvSpec, SpecError
 
 __all__ = ["RolloutFunction", "TRLEnvironment", "build_parser", "build_trainer", "environment_class", "environment_factories", "main", "reward_from_env"]
 

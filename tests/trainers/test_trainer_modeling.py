@@ -1,0 +1,108 @@
+"""Per-token logprobs of the trainer: the shared-prefix pass equals the plain pass, values and gradients."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from agentgym.trainers.modeling import MIN_SHARED_PREFIX, Reference, TensorBatch, shared_prefix_length, token_logprobs
+
+
+@pytest.fixture
+def model() -> LlamaForCausalLM:
+    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return LlamaForCausalLM(config).eval()
+
+
+def grouped_batch(prefix: int = 30, lengths: tuple[int, ...] = (9, 14, 5, 11), seed: int = 1) -> TensorBatch:
+    """Rows sharing a ``prefix``-token prompt, then ragged tails whose odd positions are loss tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    shared = torch.randint(0, 97, (prefix,), generator=gen)
+    width = prefix + max(lengths)
+    ids = torch.zeros(len(lengths), width, dtype=torch.long)
+    attention = torch.zeros_like(ids)
+    mask = torch.zeros(len(lengths), width, dtype=torch.bool)
+    for row, n in enumerate(lengths):
+        ids[row, :prefix] = shared
+        ids[row, prefix : prefix + n] = torch.randint(0, 97, (n,), generator=gen)
+        attention[row, : prefix + n] = 1
+        mask[row, prefix : prefix + n : 2] = True  # holes stand for tool output between turns
+    return TensorBatch(ids, attention, mask, torch.zeros(ids.shape))
+
+
+def plain_reference(model: LlamaForCausalLM, batch: TensorBatch, temperature: float = 1.0) -> torch.Tensor:
+    """The textbook computation: full logits, log-softmax, gather the next token, mask."""
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits.float() / temperature
+    picked = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, batch.input_ids[:, 1:, None]).squeeze(-1)
+    out = torch.zeros(batch.input_ids.shape)
+    out[:, 1:] = picked
+    return out * batch.loss_mask
+
+
+def test_shared_prefix_length_stops_before_the_first_needed_prediction() -> None:
+    batch = grouped_batch(prefix=30)
+    # The first loss token sits at 30 and is predicted at 29: the prefix is 29 tokens.
+    assert shared_prefix_length(batch) == 29
+    different = TensorBatch(batch.input_ids.clone(), batch.attention_mask, batch.loss_mask, batch.logprobs)
+    different.input_ids[2, 7] = (different.input_ids[0, 7] + 1) % 97
+    assert shared_prefix_length(different) == 7
+    assert shared_prefix_length(batch.rows(slice(0, 1))) == 0
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_equal_the_plain_computation_with_and_without_prefix_sharing(model, temperature) -> None:
+    batch = grouped_batch()
+    assert shared_prefix_length(batch) >= MIN_SHARED_PREFIX
+    expected = plain_reference(model, batch, temperature)
+    for share in (True, False):
+        got, entropy = token_logprobs(model, batch, temperature=temperature, share_prefix=share, with_entropy=True)
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=0)
+        assert bool((entropy[~batch.loss_mask] == 0).all()) and bool((entropy[batch.loss_mask] > 0).all())
+        assert float(entropy.max()) <= math.log(97) + 1e-4
+
+
+def test_shared_prefix_gradient_equals_plain_gradient(model) -> None:
+    batch = grouped_batch()
+    grads = []
+    for share in (True, False):
+        model.zero_grad()
+        logprobs, _ = token_logprobs(model, batch, share_prefix=share)
+        (logprobs * torch.linspace(-1, 1, logprobs.shape[1])).sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    for shared, plain in zip(*grads, strict=True):
+        torch.testing.assert_close(shared, plain, atol=1e-5, rtol=1e-4)
+
+
+def test_entropy_equals_the_distribution_entropy(model) -> None:
+    batch = grouped_batch()
+    _, entropy = token_logprobs(model, batch, with_entropy=True)
+    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
+    p = torch.softmax(logits, dim=-1)
+    expected = torch.zeros(batch.input_ids.shape)
+    expected[:, 1:] = -(p * p.log()).sum(-1)
+    torch.testing.assert_close(entropy, (expected * batch.loss_mask).detach(), atol=2e-5, rtol=0)
+
+
+def test_batch_without_loss_tokens_gives_zeros(model) -> None:
+    batch = grouped_batch()
+    empty = TensorBatch(batch.input_ids, batch.attention_mask, torch.zeros_like(batch.loss_mask), batch.logprobs)
+    logprobs, entropy = token_logprobs(model, empty, with_entropy=True)
+    assert not logprobs.any() and not entropy.any()
+
+
+def test_reference_is_a_frozen_snapshot(model) -> None:
+    batch = grouped_batch()
+    reference = Reference(model)
+    before = reference.logprobs(batch)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05)
+    torch.testing.assert_close(reference.logprobs(batch), before)
+    assert not torch.allclose(token_logprobs(model, batch)[0], before)
+    assert all(not p.requires_grad for p in reference.model.parameters())

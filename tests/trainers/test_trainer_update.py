@@ -1,0 +1,106 @@
+"""The trainer's GRPO update on real rollouts: accumulation does not change it, old logprobs line up."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+import torch
+from conftest import TOY_ENV
+
+from agentgym.models import load_model
+from agentgym.models.hf import HFBackend
+from agentgym.runner import RolloutConfig, run_rollouts
+from agentgym.trainers.config import GRPOSection
+from agentgym.trainers.grpo import LOSS_AGGS
+from agentgym.trainers.modeling import Reference
+from agentgym.trainers.trainer import grpo_update
+
+GROUP = 3
+
+
+@pytest.fixture(scope="module")
+def policy(tiny_model_dir):
+    model, tokenizer = load_model(str(tiny_model_dir), device="cpu", dtype="float32")
+    return model, tokenizer
+
+
+@pytest.fixture(scope="module")
+def episodes(policy):
+    model, tokenizer = policy
+    config = RolloutConfig(env_id=TOY_ENV, num_tasks=2, group_size=GROUP, max_new_tokens=8, seed=3)
+    found = run_rollouts(HFBackend(model, tokenizer), config)
+    rewards = [e.reward for e in found]
+    # The test is only meaningful when both groups carry a learning signal.
+    assert len(set(rewards[:GROUP])) > 1 and len(set(rewards[GROUP:])) > 1, rewards
+    return found
+
+
+def run_update(policy, episodes, grpo: GRPOSection, *, lr: float = 1.0, reference: bool = True) -> tuple[dict, list[torch.Tensor]]:
+    """One grpo_update with plain SGD on a copy of the model; returns metrics and parameter changes."""
+    model = copy.deepcopy(policy[0])
+    before = [p.detach().clone() for p in model.parameters()]
+    ref = Reference(model) if reference else None
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    metrics = grpo_update(model, ref, optimizer, scheduler, episodes, grpo, group_size=GROUP, temperature=1.0,
+                          pad_token_id=0, max_len=16, max_grad_norm=None, shuffle_seed=7)
+    return metrics, [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)]
+
+
+def assert_same_update(a: list[torch.Tensor], b: list[torch.Tensor]) -> None:
+    assert any(bool(d.abs().max() > 1e-4) for d in a), "the update moved nothing; the comparison would be vacuous"
+    for x, y in zip(a, b, strict=True):
+        torch.testing.assert_close(x, y, atol=2e-6, rtol=1e-4)
+
+
+@pytest.mark.parametrize("loss_agg", LOSS_AGGS)
+def test_accumulating_micro_batches_gives_the_one_batch_update(policy, episodes, loss_agg) -> None:
+    base = GRPOSection(loss_agg=loss_agg, kl_coef=0.1, micro_batch_size=2 * GROUP)
+    _, whole = run_update(policy, episodes, base)
+    for micro in (1, 4):
+        _, split = run_update(policy, episodes, dataclasses.replace(base, micro_batch_size=micro))
+        assert_same_update(split, whole)
+
+
+def test_accumulation_with_epochs_and_mini_batches(policy, episodes) -> None:
+    base = GRPOSection(epochs=2, mini_batch_size=GROUP, micro_batch_size=GROUP, kl_coef=0.05)
+    metrics, whole = run_update(policy, episodes, base, lr=0.05)
+    assert metrics["optim/updates"] == 4
+    _, split = run_update(policy, episodes, dataclasses.replace(base, micro_batch_size=1), lr=0.05)
+    assert_same_update(split, whole)
+
+
+def test_single_update_reuses_its_own_logprobs_as_old(policy, episodes) -> None:
+    metrics, _ = run_update(policy, episodes, GRPOSection(micro_batch_size=2))
+    assert metrics["optim/updates"] == 1
+    assert metrics["policy/ratio_mean"] == 1.0 and metrics["policy/clip_frac"] == 0.0
+    assert metrics["policy/kl"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics["policy/entropy"] > 0 and metrics["optim/grad_norm"] > 0
+
+
+def test_sampling_logprobs_match_recomputed_ones(policy, episodes) -> None:
+    """The sampler's logprobs and the trainer's sit on the same tokens: their ratio is 1 up to rounding."""
+    metrics, _ = run_update(policy, episodes, GRPOSection(old_logprobs="sampling", micro_batch_size=2))
+    assert metrics["policy/ratio_mean"] == pytest.approx(1.0, abs=1e-3)
+    assert metrics["policy/clip_frac"] == 0.0
+
+
+def test_degenerate_groups_are_filtered(policy, episodes) -> None:
+    flat = [dataclasses.replace(e, reward=0.5) for e in episodes]
+    metrics, deltas = run_update(policy, flat, GRPOSection(filter_degenerate=True))
+    assert metrics["optim/updates"] == 0 and metrics["batch/trajectories"] == 0
+    assert metrics["groups/degenerate"] == 2
+    assert all(not d.any() for d in deltas)
+    # Kept, the same groups give zero advantages: without a KL term nothing moves either.
+    metrics, deltas = run_update(policy, flat, GRPOSection(kl_coef=0.0), reference=False)
+    assert metrics["optim/updates"] == 1 and metrics["advantage/abs_mean"] == 0
+    assert all(not d.any() for d in deltas)
+
+
+def test_mask_truncated_drops_budget_stopped_episodes(policy, episodes) -> None:
+    cut = [dataclasses.replace(e, stop_reason="token_budget") if e.group == 0 else e for e in episodes]
+    metrics, _ = run_update(policy, cut, GRPOSection(mask_truncated=True))
+    kept_tokens = sum(sum(e.trajectory.loss_mask) for e in episodes if e.group == 1)
+    assert metrics["batch/loss_tokens"] == kept_tokens

@@ -1,0 +1,106 @@
+"""``agentgym train`` and ``agentgym sft``: the reference trainer from the command line.
+
+:func:`add_parsers` adds both commands to the ``agentgym`` parser; the commands print the run's
+markdown report (or its evaluations as JSON) and turn every user error into one line on stderr
+with exit status 2. Heavy imports (torch, transformers) happen only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["add_parsers", "sft_command", "train_command"]
+
+
+def add_parsers(commands: Any) -> None:
+    """Add the ``train`` and ``sft`` sub-commands to an ``add_subparsers()`` object."""
+    p = commands.add_parser("train", help="SFT warm start (optional) then GRPO on an environment; writes a run folder")
+    _arguments(p, steps_help="GRPO steps (grpo.steps)")
+    p.add_argument("--sft-steps", type=int, help="SFT warm-start steps before GRPO (sft.steps)")
+    p.set_defaults(run=train_command)
+
+    p = commands.add_parser("sft", help="supervised fine-tuning on oracle (or recorded) successful trajectories")
+    _arguments(p, steps_help="SFT steps (sft.steps)")
+    p.add_argument("--source", help="'oracle' (default) or a JSONL file of episode records (sft.source)")
+    p.set_defaults(run=sft_command)
+
+
+def _arguments(p: argparse.ArgumentParser, *, steps_help: str) -> None:
+    p.add_argument("env", metavar="ENV", help="environment id, e.g. agentgym/SQL-v0")
+    p.add_argument("--config", metavar="FILE.yaml", help="training configuration (see docs/trainer.md)")
+    p.add_argument("--model", help="model name, folder or .gguf file (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--device", help="cpu, cuda, cuda:1 or auto (default auto)")
+    p.add_argument("--dtype", help="float32, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--output", metavar="DIR", help="run folder (default: the config's output_dir, else runs/ENV_NAME)")
+    p.add_argument("--seed", type=int, help="seed every random choice derives from")
+    p.add_argument("--steps", type=int, help=steps_help)
+    p.add_argument("--lora", action="store_true", help="train LoRA adapters (needs peft)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="set any option by its dotted name, e.g. --set optim.lr=1e-5 (repeatable)")
+    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
+                   help="continue the run in the output folder from its newest checkpoint (or CHECKPOINT)")
+    p.add_argument("--overwrite", action="store_true", help="replace an earlier run in the output folder")
+    p.add_argument("--no-progress", action="store_true", help="no live progress display")
+    p.add_argument("--json", action="store_true", help="print the evaluations as JSON instead of the report")
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """``agentgym train``: run (or resume) SFT then GRPO and print the report."""
+    extra = {"grpo.steps": args.steps, "sft.steps": args.sft_steps}
+    return _run(args, extra)
+
+
+def sft_command(args: argparse.Namespace) -> int:
+    """``agentgym sft``: the SFT phase alone (``grpo.steps`` is 0) and its report."""
+    return _run(args, {"sft.steps": args.steps, "sft.source": args.source, "grpo.steps": 0})
+
+
+def _run(args: argparse.Namespace, extra: dict[str, Any]) -> int:
+    from agentgym.models import ModelLoadError
+    from agentgym.trainers.config import ConfigError, load_config, parse_override
+    from agentgym.trainers.modeling import TrainerError
+
+    try:
+        overrides: dict[str, Any] = dict(parse_override(text) for text in args.overrides)
+        named = {
+            "env_id": args.env,
+            "model": args.model,
+            "device": args.device,
+            "dtype": args.dtype,
+            "output_dir": args.output,
+            "seed": args.seed,
+            "lora.enabled": True if args.lora else None,
+            "logging.progress": False if args.no_progress else None,
+            **extra,
+        }
+        overrides.update({k: v for k, v in named.items() if v is not None})
+        if args.output is None and not _config_sets_output(args.config):
+            overrides["output_dir"] = f"runs/{args.env.rsplit('/', 1)[-1]}"
+        config = load_config(args.config, overrides=overrides)
+        from agentgym.trainers.trainer import train
+
+        result = train(config, resume=args.resume, overwrite=args.overwrite)
+    except (ConfigError, TrainerError, ModelLoadError) as exc:
+        print(f"agentgym: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"output_dir": str(result.output_dir), "evaluations": result.evaluations}, indent=2))
+    else:
+        print(result.report)
+    return 0
+
+
+def _config_sets_output(path: str | None) -> bool:
+    """Whether the YAML file names its own output folder."""
+    if path is None:
+        return False
+    import yaml
+
+    try:
+        data = yaml.safe_load(open(path, encoding="utf-8"))  # noqa: SIM115 - a short read
+    except (OSError, yaml.YAMLError):
+        return False  # load_config reports the problem
+    return isinstance(data, dict) and "output_dir" in data

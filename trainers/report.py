@@ -1,0 +1,103 @@
+"""The run's short markdown report: what was trained, and the evaluation before and after."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentgym.models import DEFAULT_MODEL
+from agentgym.trainers.config import TrainConfig
+
+__all__ = ["render_report", "write_report"]
+
+# Evaluation labels in the order of the before/after table, with their column titles.
+_COLUMNS = (("base", "base model"), ("sft", "after SFT"), ("final", "after GRPO"))
+
+_ROWS = (
+    ("episode/success_rate", "success rate"),
+    ("reward/mean", "mean reward"),
+    ("episode/turns", "turns per episode"),
+    ("episode/response_tokens", "sampled tokens per episode"),
+    ("episode/format_error_rate", "format errors per turn"),
+    ("episode/tool_error_rate", "tool errors per turn"),
+)
+
+
+def _cell(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.3f}"
+
+
+def render_report(
+    config: TrainConfig,
+    evaluations: Mapping[str, Mapping[str, float]],
+    *,
+    warnings: Sequence[str] = (),
+    notes: Sequence[str] = (),
+    plots: Sequence[Path] = (),
+    best: Mapping[str, Any] | None = None,
+    stopped_early: bool = False,
+    eval_tasks: Sequence[str] = (),
+) -> str:
+    """The report as markdown.
+
+    Args:
+        config: the run's configuration.
+        evaluations: summaries by label (``base``, ``sft``, ``final`` and periodic ``grpo step N``),
+            as :func:`agentgym.trainers.diagnostics.eval_summary` returns them.
+        warnings: the warnings raised during training.
+        notes: anything that was skipped (no TensorBoard, no plots).
+        plots: PNG files to link.
+        best: the best periodic evaluation, ``{"label", "value"}``.
+        stopped_early: whether early stopping ended the GRPO phase.
+        eval_tasks: the evaluation task ids.
+    """
+    columns = [(label, title) for label, title in _COLUMNS if label in evaluations]
+    model = config.model or DEFAULT_MODEL
+    lines = [
+        f"# Training report: {config.env_id}",
+        "",
+        f"- model: `{model}` on `{config.device}` ({config.dtype}), seed {config.seed}"
+        + (f", LoRA r={config.lora.r}" if config.lora.enabled else ""),
+        f"- SFT: {config.sft.steps} steps on `{config.sft.source}` demonstrations, lr {config.sft.optim.lr:g}",
+        f"- GRPO: {config.grpo.steps} steps x {config.rollout.num_tasks} tasks x {config.rollout.group_size} samples, "
+        f"lr {config.optim.lr:g}, kl_coef {config.grpo.kl_coef:g}, loss `{config.grpo.loss_agg}`"
+        + (" (stopped early)" if stopped_early else ""),
+        f"- evaluation: {len(eval_tasks)} task(s) of the `{config.eval.split}` split, one episode each at temperature "
+        f"{config.eval.temperature:g}" + (f" ({', '.join(eval_tasks[:8])}{', ...' if len(eval_tasks) > 8 else ''})" if eval_tasks else ""),
+    ]
+    if config.eval.split == config.rollout.split:
+        lines.append(f"- note: the evaluation tasks come from the training split `{config.rollout.split}`: this measures fitting, not generalisation")
+    lines += ["", "| metric | " + " | ".join(title for _, title in columns) + " | change |", "|---|" + "---|" * (len(columns) + 1)]
+    components = sorted({k for s in evaluations.values() for k in s if k.startswith("reward/") and k != "reward/mean"})
+    rows = [*_ROWS[:2], *((k, f"reward component `{k.removeprefix('reward/')}`") for k in components), *_ROWS[2:]]
+    for key, title in rows:
+        values = [evaluations[label].get(key) for label, _ in columns]
+        change = values[-1] - values[0] if len(values) > 1 and None not in (values[0], values[-1]) else None
+        signed = "–" if change is None or math.isnan(change) else f"{change:+.3f}"
+        lines.append(f"| {title} | " + " | ".join(_cell(v) for v in values) + f" | {signed} |")
+    periodic = [label for label in evaluations if label.startswith("grpo step")]
+    if periodic:
+        lines += ["", "Periodic evaluations: " + ", ".join(
+            f"{label}: success {evaluations[label]['episode/success_rate']:.3f}" for label in periodic)]
+    if best is not None:
+        lines.append(f"Best periodic evaluation: {best['label']} ({config.eval.metric} {best['value']:.3f}).")
+    if warnings:
+        lines += ["", "## Warnings", "", *(f"- {w}" for w in warnings)]
+    if notes:
+        lines += ["", "## Notes", "", *(f"- {n}" for n in notes)]
+    lines += ["", "## Files", "", "- `config.yaml`, `metrics.jsonl` (one line per step), `tensorboard/`, `checkpoints/`",
+              "- `model/`: the trained model (`--model` accepts this folder)" + (", `sft_model/`: the model after SFT" if "sft" in evaluations else "")]
+    if plots:
+        lines += [f"- plots: {', '.join(f'`plots/{p.name}`' for p in plots)}"]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(path: str | Path, config: TrainConfig, evaluations: Mapping[str, Mapping[str, float]], **kwargs: Any) -> str:
+    """Render the report (see :func:`render_report`), write it to ``path`` and return it."""
+    text = render_report(config, evaluations, **kwargs)
+    Path(path).write_text(text, encoding="utf-8")
+    return text

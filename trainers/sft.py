@@ -1,0 +1,182 @@
+"""SFT warm start: masked next-token training on demonstration trajectories.
+
+Demonstrations are successful episodes, from the environment's ``oracle`` policy or from a file
+of episode records. Each is rendered into the token sequence the policy would have produced,
+with the same :class:`~agentgym.models.TrajectoryBuilder` the rollout runner uses: every
+assistant turn is tokenised with the chat renderer and fed to the builder as if it had been
+sampled (end-of-turn token included), and every environment reply becomes a masked template
+delta. The loss mask is therefore 1 exactly on assistant tokens, as in GRPO, and the loss is the
+mean negative log-likelihood of those tokens over the optimiser batch::
+
+    L = -(1/N) sum_i sum_t m_it log p(x_it | x_i<t)        N = sum_i sum_t m_it
+
+With gradient accumulation every micro-batch divides by the whole batch's ``N``, so the
+accumulated gradient does not depend on how the batch was split.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from agentgym.models import ChatRenderer, Generation, Trajectory, TrajectoryBuilder, collate
+from agentgym.parsing import format_tool_call
+from agentgym.rollout import make_policy, read_jsonl, run_episode
+from agentgym.trainers.config import SFTSection
+from agentgym.trainers.modeling import TensorBatch, TrainerError, clip_and_step, token_logprobs
+
+__all__ = [
+    "assistant_text",
+    "demonstration_records",
+    "masked_nll",
+    "record_to_trajectory",
+    "sft_batch_indices",
+    "sft_update",
+]
+
+
+def assistant_text(message: Mapping[str, Any]) -> str:
+    """An assistant message as the text the model writes: its content, then one Hermes
+    ``<tool_call>`` block per OpenAI-style tool call (the format :mod:`agentgym.parsing` reads)."""
+    content = message.get("content") or ""
+    calls = [format_tool_call(c["function"]["name"], _arguments(c["function"]["arguments"])) for c in message.get("tool_calls") or []]
+    return "\n".join([content, *calls]) if content and calls else content or "\n".join(calls)
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    import json
+
+    return json.loads(raw) if isinstance(raw, str) else dict(raw)
+
+
+def _as_generation(text: str, renderer: ChatRenderer) -> Generation:
+    """The assistant turn ``text`` as if the model had sampled it and then ended its turn."""
+    ids = (*renderer.encode(text), renderer.eot_token_id)
+    return Generation(token_ids=ids, logprobs=(0.0,) * len(ids), text=text, finish_reason="stop")
+
+
+def record_to_trajectory(record: Mapping[str, Any], renderer: ChatRenderer) -> Trajectory:
+    """Render an episode record token-exactly, with the loss mask on its assistant turns.
+
+    The sequence ends after the last assistant turn, like a rollout trajectory: the environment's
+    reply to the final turn is never trained on and never prompted from.
+
+    Raises:
+        ValueError: when the record has no assistant turn.
+    """
+    messages = list(record["messages"])
+    first = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), None)
+    if first is None:
+        raise ValueError(f"episode of task {record.get('task_id')!r} has no assistant turn to learn from")
+    builder = TrajectoryBuilder(renderer, messages[:first])
+    i = first
+    while i < len(messages):
+        builder.add_generation(_as_generation(assistant_text(messages[i]), renderer))
+        i += 1
+        replies = []
+        while i < len(messages) and messages[i]["role"] != "assistant":
+            replies.append(messages[i])
+            i += 1
+        if i < len(messages):
+            builder.add_messages(replies)
+    return builder.build()
+
+
+def demonstration_records(
+    env_id: str,
+    sft: SFTSection,
+    task_ids: Sequence[str],
+    *,
+    split: str,
+    seed: int,
+    max_turns: int | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Successful episode records to imitate, for the tasks ``task_ids`` (in that order).
+
+    ``sft.source == "oracle"`` plays the environment's oracle on each task (seed ``seed``); any
+    other value is a JSONL file of episode records, of which the successful ones of ``env_id``
+    on those tasks are kept (all of them when the file has several per task).
+
+    Raises:
+        TrainerError: when no successful demonstration is found.
+    """
+    wanted = set(task_ids)
+    if sft.source == "oracle":
+        extra = {} if max_turns is None else {"max_turns": max_turns}
+        env = gym.make(env_id, split=split, **dict(env_kwargs or {}), **extra)
+        try:
+            if "oracle" not in env.unwrapped.policies():
+                raise TrainerError(f"{env_id} has no oracle policy; set sft.source to a JSONL file of episode records")
+            records = [
+                run_episode(env, make_policy(env, "oracle", seed), seed=seed, task_id=task_id, policy_name="oracle")
+                for task_id in task_ids
+            ]
+        finally:
+            env.close()
+    else:
+        path = Path(sft.source)
+        if not path.is_file():
+            raise TrainerError(f"sft.source {sft.source!r} is neither 'oracle' nor an existing JSONL file")
+        records = [r for r in read_jsonl(path) if r.get("env_id") == env_id and r.get("task_id") in wanted]
+    kept = [r for r in records if r.get("success")]
+    if not kept:
+        raise TrainerError(
+            f"no successful demonstration of {env_id} among {len(records)} episode(s) from {sft.source!r} "
+            f"on {len(task_ids)} task(s)"
+        )
+    return kept
+
+
+def sft_batch_indices(num_demos: int, batch_size: int, seed: int, step: int) -> list[int]:
+    """The demonstrations of SFT step ``step``: epochs over a fresh seeded shuffle each.
+
+    Derived from ``(seed, step)`` alone, so a resumed run draws what the uninterrupted one drew.
+    """
+    out = []
+    for k in range(step * batch_size, (step + 1) * batch_size):
+        epoch, position = divmod(k, num_demos)
+        order = np.random.default_rng(np.random.SeedSequence([seed, epoch])).permutation(num_demos)
+        out.append(int(order[position]))
+    return out
+
+
+def masked_nll(logprobs: torch.Tensor, loss_mask: torch.Tensor, normalizer: float) -> torch.Tensor:
+    """``-(sum of logprobs on loss tokens) / normalizer`` (the batch's loss-token count)."""
+    return -(logprobs * loss_mask).sum() / normalizer
+
+
+def sft_update(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    trajectories: Sequence[Trajectory],
+    sft: SFTSection,
+    *,
+    pad_token_id: int,
+    share_prefix: bool = True,
+) -> dict[str, float]:
+    """One SFT optimiser step on ``trajectories`` (accumulated over micro-batches).
+
+    Returns:
+        ``sft/loss`` (mean NLL per loss token), ``sft/loss_tokens``, ``optim/grad_norm`` and ``optim/lr``.
+    """
+    device = next(model.parameters()).device
+    batch = TensorBatch.from_tokens(collate(trajectories, pad_token_id=pad_token_id, max_length=sft.max_length), device)
+    normalizer = int(batch.loss_mask.sum())
+    if normalizer == 0:
+        raise TrainerError("the SFT batch has no assistant token to learn (are the demonstrations cut by sft.max_length?)")
+    total = 0.0
+    for start in range(0, len(batch), sft.micro_batch_size):
+        micro = batch.rows(slice(start, start + sft.micro_batch_size))
+        logprobs, _ = token_logprobs(model, micro, share_prefix=share_prefix)
+        loss = masked_nll(logprobs, micro.loss_mask, normalizer)
+        loss.backward()
+        total += loss.item()
+    stats = clip_and_step(model, optimizer, scheduler, sft.optim.max_grad_norm)
+    return {"sft/loss": total, "sft/loss_tokens": float(normalizer), "optim/grad_norm": stats["grad_norm"], "optim/lr": stats["lr"]}

@@ -1,0 +1,583 @@
+"""The reference trainer: an SFT warm start, then masked GRPO on an agentgym environment.
+
+Read :func:`train` top to bottom; it is the whole algorithm::
+
+    evaluate the untouched model
+    SFT:  for each step: a batch of demonstrations -> masked NLL -> AdamW step
+    GRPO: for each step:
+            rollouts: num_tasks tasks x group_size episodes, sampled by the policy itself
+            rewards -> group-relative advantages (degenerate groups counted, optionally dropped)
+            reference logprobs (frozen model) and old logprobs (see below), once per batch
+            for each epoch, for each mini-batch: accumulate the masked GRPO loss over
+                micro-batches (each divided by the mini-batch's normaliser), clip, AdamW step
+            diagnostics, warnings, periodic evaluation with early stopping, checkpoint
+    evaluate again, save the model, plot the metrics, write the report
+
+Old logprobs: by default they are *recomputed* with the current policy before the update, with
+the same forward pass the loss uses, so the ratio starts at exactly 1. The sampler's own logprobs
+(``grpo.old_logprobs: sampling``) come from a differently batched, left-padded, KV-cached pass
+whose float rounding differs; with top-p they are of a renormalised distribution. When a batch
+gets a single optimiser step (one epoch, one mini-batch) the policy has not moved when the loss
+is computed, so the old logprobs are the loss's own logprobs, detached: no extra forward pass.
+
+Everything random derives from ``config.seed`` and the step number (tasks, sampling seeds,
+mini-batch order), so a run resumed from a checkpoint reproduces the uninterrupted run exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from agentgym.models import DEFAULT_MODEL, ChatRenderer, collate
+from agentgym.runner import Episode, RolloutConfig, run_rollouts
+from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
+from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
+from agentgym.trainers.diagnostics import MetricsLogger, ProgressDisplay, WarningMonitor, eval_summary, plot_metrics, rollout_metrics
+from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, loss_normalizer, masked_grpo_loss
+from agentgym.trainers.modeling import (
+    Reference,
+    TensorBatch,
+    TrainerError,
+    add_lora,
+    clip_and_step,
+    is_lora,
+    load_policy,
+    make_optimizer,
+    token_logprobs,
+)
+from agentgym.trainers.report import write_report
+from agentgym.trainers.sft import demonstration_records, record_to_trajectory, sft_batch_indices, sft_update
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+__all__ = ["RunState", "TrainResult", "derive_seed", "grpo_update", "step_tasks", "train"]
+
+# Independent random streams, all derived from config.seed.
+_TASKS, _EVAL, _ROLLOUT, _SHUFFLE, _SFT, _LORA = range(1, 7)
+
+
+def derive_seed(seed: int, *stream: int) -> int:
+    """A seed for one use (``stream`` names it, e.g. ``(_ROLLOUT, step)``), independent of the others."""
+    return int(np.random.SeedSequence([seed, *stream]).generate_state(1)[0] >> 1)
+
+
+@dataclass
+class RunState:
+    """Where a run is; saved in every checkpoint.
+
+    Attributes:
+        phase: ``sft``, ``grpo`` or ``done``.
+        step: steps of ``phase`` completed.
+        evaluations: evaluation summaries by label (``base``, ``sft``, ``grpo step N``, ``final``).
+        best: ``{"label", "value"}`` of the best periodic evaluation (early stopping).
+        evals_without_improvement: periodic evaluations since the best one.
+        stopped_early: early stopping ended the GRPO phase.
+        warnings: every warning raised so far.
+        monitor: the warning monitor's state.
+    """
+
+    phase: str = "sft"
+    step: int = 0
+    evaluations: dict[str, dict[str, float]] = field(default_factory=dict)
+    best: dict[str, Any] | None = None
+    evals_without_improvement: int = 0
+    stopped_early: bool = False
+    warnings: list[str] = field(default_factory=list)
+    monitor: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What :func:`train` produced.
+
+    Attributes:
+        output_dir: the run folder.
+        evaluations: evaluation summaries by label.
+        report: the markdown report (also in ``report.md``).
+        state: the final run state.
+    """
+
+    output_dir: Path
+    evaluations: dict[str, dict[str, float]]
+    report: str
+    state: RunState
+
+
+def train(
+    config: TrainConfig,
+    *,
+    resume: bool | str | Path = False,
+    overwrite: bool = False,
+    console: Console | None = None,
+) -> TrainResult:
+    """Run (or resume) SFT then GRPO as ``config`` says; write everything to ``config.output_dir``.
+
+    Args:
+        config: the run.
+        resume: ``True`` continues from the newest checkpoint in the output folder, a path from
+            that checkpoint; the configuration must equal the saved one, except ``grpo.steps``,
+            ``sft.steps`` (to extend a run) and ``logging``.
+        overwrite: delete an earlier run in the output folder instead of refusing to start.
+        console: where progress, evaluations and warnings are shown (default: stderr).
+
+    Raises:
+        TrainerError: on a folder that holds another run, a missing checkpoint, or a
+            configuration the environment cannot satisfy.
+    """
+    from rich.console import Console
+
+    console = console or Console(stderr=True)
+    run_dir = Path(config.output_dir)
+    checkpoint = _prepare_run_dir(run_dir, config, resume=resume, overwrite=overwrite)
+    state = RunState(**load_checkpoint_state(checkpoint)) if checkpoint else RunState(phase="sft" if config.sft.steps else "grpo")
+    dump_config(config, run_dir / "config.yaml")
+    seed = config.seed
+
+    # ---- the policy (the SFT result when resuming GRPO after SFT), the tasks
+    sft_dir = run_dir / "sft_model"
+    base_model = str(sft_dir) if state.phase != "sft" and sft_dir.is_dir() else config.model
+    policy, tokenizer = _load(config, base_model)
+    pad_id = _pad_id(tokenizer)
+    train_ids, tools, max_turns = _env_facts(config, config.rollout.split)
+    train_pool = _checked_tasks(config, config.rollout.split, train_ids, config.rollout.task_ids)
+    eval_tasks = _eval_tasks(config)
+    # Dr. GRPO's constant: the most tokens a trajectory can sample.
+    budget = config.rollout.max_new_tokens * max_turns
+    if config.rollout.max_total_tokens is not None:
+        budget = min(budget, config.rollout.max_total_tokens)
+
+    monitor = WarningMonitor()
+    if state.monitor:
+        monitor.load_state_dict(state.monitor)
+    logger = MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, resume_at=_global_step(config, state) if checkpoint else None)
+    notes = list(logger.notes)
+
+    with ProgressDisplay(console, enabled=config.logging.progress) as display:
+
+        def evaluate(label: str) -> dict[str, float]:
+            summary = _evaluate(policy, tokenizer, config, eval_tasks, display)
+            state.evaluations[label] = summary
+            logger.log("eval", _global_step(config, state), state.step, summary)
+            display.message(f"eval ({label}): success {summary['episode/success_rate']:.3f}, reward {summary['reward/mean']:.3f}")
+            return summary
+
+        def checkpoint_now(optimizer: Any = None, scheduler: Any = None) -> None:
+            state.monitor = monitor.state_dict()
+            save_checkpoint(run_dir, _global_step(config, state), model=policy, optimizer=optimizer, scheduler=scheduler,
+                            state=asdict(state), keep=config.checkpoint.keep)
+
+        def due(step: int, every: int) -> bool:
+            return every > 0 and step % every == 0
+
+        # ---- 1. the untouched model
+        if "base" not in state.evaluations:
+            evaluate("base")
+
+        # ---- 2. SFT warm start on demonstrations
+        if state.phase == "sft":
+            sft = config.sft
+            demo_tasks = _sft_tasks(config, train_ids, train_pool)
+            records = demonstration_records(config.env_id, sft, demo_tasks, split=config.rollout.split, seed=seed,
+                                            max_turns=config.rollout.max_turns, env_kwargs=config.rollout.env_kwargs)
+            renderer = ChatRenderer(tokenizer, tools=tools)
+            demos = [record_to_trajectory(r, renderer) for r in records]
+            optimizer, scheduler = make_optimizer(policy, sft.optim, sft.steps)
+            if checkpoint is not None:
+                restore_checkpoint(checkpoint, model=policy, optimizer=optimizer, scheduler=scheduler)
+            display.phase("SFT", sft.steps, state.step)
+            while state.step < sft.steps:
+                rows = sft_batch_indices(len(demos), sft.batch_size, derive_seed(seed, _SFT), state.step)
+                metrics = sft_update(policy, optimizer, scheduler, [demos[i] for i in rows], sft, pad_token_id=pad_id,
+                                     share_prefix=config.grpo.share_prefix)
+                state.step += 1
+                logger.log("sft", _global_step(config, state), state.step, metrics)
+                display.advance("SFT", f"loss {metrics['sft/loss']:.3f}")
+                if due(state.step, config.checkpoint.every) and state.step < sft.steps:
+                    checkpoint_now(optimizer, scheduler)
+            del optimizer, scheduler
+            policy = _finish_sft(policy, tokenizer, config, sft_dir)
+            evaluate("sft")
+            state.phase, state.step = "grpo", 0
+            checkpoint_now()
+
+        # ---- 3. GRPO
+        if state.phase == "grpo" and config.grpo.steps > 0:
+            g = config.grpo
+            reference = Reference(policy, device=config.ref_device) if g.kl_coef > 0 else None
+            batch_size = config.rollout.num_tasks * config.rollout.group_size
+            updates_per_step = g.epochs * math.ceil(batch_size / (g.mini_batch_size or batch_size))
+            optimizer, scheduler = make_optimizer(policy, config.optim, g.steps * updates_per_step)
+            if checkpoint is not None and load_checkpoint_state(checkpoint)["phase"] == "grpo":
+                restore_checkpoint(checkpoint, model=policy, optimizer=optimizer, scheduler=scheduler)
+            display.phase("GRPO", g.steps, state.step)
+            while state.step < g.steps and not state.stopped_early:
+                # Rollouts: the policy samples group_size episodes of each of this step's tasks.
+                rollout = _rollout_config(config, step_tasks(train_pool, config.rollout.num_tasks, derive_seed(seed, _TASKS), state.step),
+                                          seed=derive_seed(seed, _ROLLOUT, state.step))
+                episodes = run_rollouts(_backend(policy, tokenizer, config), rollout, progress=display.episodes("rollouts"))
+                # Rewards -> advantages -> several epochs of clipped updates.
+                update = grpo_update(policy, reference, optimizer, scheduler, episodes, g, group_size=config.rollout.group_size,
+                                     temperature=config.rollout.temperature, pad_token_id=pad_id, max_len=budget,
+                                     max_grad_norm=config.optim.max_grad_norm, shuffle_seed=derive_seed(seed, _SHUFFLE, state.step))
+                state.step += 1
+                metrics = {**rollout_metrics(episodes), **update}
+                logger.log("grpo", _global_step(config, state), state.step, metrics)
+                for warning in monitor.update(state.step, metrics):
+                    state.warnings.append(warning)
+                    display.message(f"[yellow]warning[/]: {warning}")
+                display.advance("GRPO", f"reward {metrics['reward/mean']:.3f} success {metrics['episode/success_rate']:.2f} "
+                                        f"kl {metrics.get('policy/kl', float('nan')):.4f}")
+                if due(state.step, config.eval.every):
+                    _early_stopping(state, config, evaluate(f"grpo step {state.step}"), f"grpo step {state.step}")
+                if due(state.step, config.checkpoint.every) or state.step == g.steps or state.stopped_early:
+                    checkpoint_now(optimizer, scheduler)
+
+        # ---- 4. final evaluation, the model, plots, report
+        last = f"grpo step {state.step}"
+        if state.phase == "grpo" and config.grpo.steps > 0:
+            state.evaluations["final"] = state.evaluations[last] if last in state.evaluations else evaluate("final")
+        state.phase = "done"
+    logger.close()
+    _export(policy, tokenizer, run_dir / "model")
+    plots, note = plot_metrics(run_dir / "metrics.jsonl", run_dir / "plots") if config.logging.plots else ([], None)
+    if note:
+        notes.append(note)
+    report = write_report(run_dir / "report.md", config, state.evaluations, warnings=state.warnings, notes=notes,
+                          plots=plots, best=state.best, stopped_early=state.stopped_early,
+                          eval_tasks=eval_tasks)
+    return TrainResult(output_dir=run_dir, evaluations=dict(state.evaluations), report=report, state=state)
+
+
+# --------------------------------------------------------------------------------- the update
+
+
+def grpo_update(
+    policy: torch.nn.Module,
+    reference: Reference | None,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    episodes: Sequence[Episode],
+    g: GRPOSection,
+    *,
+    group_size: int,
+    temperature: float,
+    pad_token_id: int,
+    max_len: int,
+    max_grad_norm: float | None,
+    shuffle_seed: int,
+) -> dict[str, float]:
+    """The GRPO update on one rollout batch: advantages, then ``g.epochs`` passes of mini-batch steps.
+
+    ``episodes`` are ordered by group (``group_size`` consecutive episodes share a task), as
+    :func:`agentgym.runner.run_rollouts` returns them.
+
+    Returns:
+        Metrics: ``loss/total`` and ``loss/pg`` (per optimiser step), ``policy/kl``,
+        ``policy/entropy``, ``policy/clip_frac`` (lower and upper clip together),
+        ``policy/ratio_mean`` (token means over every forward pass), ``optim/grad_norm`` (mean
+        before clipping), ``optim/lr``, ``optim/updates``, ``batch/trajectories`` (after filtering),
+        ``batch/loss_tokens``, ``groups/degenerate`` and ``advantage/abs_mean``.
+    """
+    device = next(policy.parameters()).device
+    rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
+    advantages, adv_stats = group_advantages(rewards, group_size, scale_by_std=g.scale_by_std)
+    keep = filter_degenerate_groups(rewards, group_size) if g.filter_degenerate else torch.arange(len(episodes))
+    metrics: dict[str, float] = {"groups/degenerate": adv_stats["degenerate_groups"], "batch/trajectories": float(len(keep))}
+    if len(keep) == 0:  # nothing to learn from; the schedule does not advance either
+        return {**metrics, "optim/updates": 0.0}
+    kept = [episodes[int(i)] for i in keep]
+    advantages = advantages[keep].to(device)
+    batch = TensorBatch.from_tokens(collate([e.trajectory for e in kept], pad_token_id=pad_token_id), device)
+    if g.mask_truncated:
+        cut = torch.tensor([e.stop_reason == "token_budget" for e in kept], device=device)
+        batch = replace(batch, loss_mask=batch.loss_mask & ~cut[:, None])
+    metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
+    metrics["advantage/abs_mean"] = float(advantages.abs().mean())
+
+    plan = _minibatches(len(kept), group_size, g, shuffle_seed)
+    micro = g.micro_batch_size
+    ref_logprobs = None if reference is None else _chunked(lambda b: reference.logprobs(b, temperature=temperature, share_prefix=g.share_prefix), batch, micro)
+    if g.old_logprobs == "sampling":
+        old_logprobs: torch.Tensor | None = batch.logprobs
+    elif sum(len(epoch) for epoch in plan) == 1:
+        old_logprobs = None  # a single update: the loss's own logprobs, detached, are the old ones
+    else:
+        with torch.no_grad():
+            old_logprobs = _chunked(lambda b: token_logprobs(policy, b, temperature=temperature, share_prefix=g.share_prefix)[0], batch, micro)
+
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
+
+    def add(key: str, value: float, weight: float) -> None:
+        if weight > 0 and not math.isnan(value):
+            sums[key] = sums.get(key, 0.0) + value * weight
+            weights[key] = weights.get(key, 0.0) + weight
+
+    agg_kwargs = {"max_len": max_len} if g.loss_agg == "seq-mean-token-sum-norm" else {}
+    for epoch in plan:
+        for rows in epoch:
+            normalizer = max(loss_normalizer(batch.loss_mask[rows], g.loss_agg), 1)
+            step_loss = step_pg = 0.0
+            for start in range(0, len(rows), micro):
+                index = rows[start : start + micro]
+                sub = batch.rows(index)
+                width = sub.input_ids.shape[1]
+                logprobs, entropy = token_logprobs(policy, sub, temperature=temperature, share_prefix=g.share_prefix, with_entropy=True)
+                old = logprobs.detach() if old_logprobs is None else old_logprobs[index, :width]
+                ref = None if ref_logprobs is None else ref_logprobs[index, :width]
+                loss, m = masked_grpo_loss(logprobs, old, ref, advantages[index], sub.loss_mask, clip_eps=g.clip_eps,
+                                           clip_eps_high=g.clip_eps_high, kl_coef=g.kl_coef, loss_agg=g.loss_agg,
+                                           normalizer=normalizer, **agg_kwargs)
+                loss.backward()
+                step_loss += m["loss"]
+                step_pg += m["pg_loss"]
+                tokens = m["num_tokens"]
+                add("policy/kl", m.get("kl", float("nan")), tokens)
+                add("policy/clip_frac", m["clip_frac_low"] + m["clip_frac_high"], tokens)
+                add("policy/ratio_mean", m["ratio_mean"], tokens)
+                add("policy/entropy", float(entropy.sum()) / max(tokens, 1), tokens)
+            stats = clip_and_step(policy, optimizer, scheduler, max_grad_norm)
+            add("loss/total", step_loss, 1)
+            add("loss/pg", step_pg, 1)
+            add("optim/grad_norm", stats["grad_norm"], 1)
+            metrics["optim/lr"] = stats["lr"]
+    metrics["optim/updates"] = float(sum(len(epoch) for epoch in plan))
+    metrics.update({k: sums[k] / weights[k] for k in sums})
+    return metrics
+
+
+def _minibatches(num_rows: int, group_size: int, g: GRPOSection, seed: int) -> list[list[torch.Tensor]]:
+    """Per epoch, the row indices of each mini-batch: whole groups in a seeded order, then cut."""
+    groups = num_rows // group_size
+    size = g.mini_batch_size or num_rows
+    rng = np.random.default_rng(seed)
+    plan = []
+    for _ in range(g.epochs):
+        order = rng.permutation(groups)
+        rows = torch.tensor([int(k) * group_size + m for k in order for m in range(group_size)])
+        plan.append([rows[i : i + size] for i in range(0, num_rows, size)])
+    return plan
+
+
+def _chunked(fn: Any, batch: TensorBatch, size: int) -> torch.Tensor:
+    """``fn`` over micro-batches of ``batch``, stitched back to ``[B, L]``."""
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
+    for start in range(0, len(batch), size):
+        index = torch.arange(start, min(start + size, len(batch)))
+        part = fn(batch.rows(index))
+        out[index, : part.shape[1]] = part
+    return out
+
+
+# ------------------------------------------------------------------------------ run plumbing
+
+
+def step_tasks(pool: Sequence[str], num_tasks: int, seed: int, step: int) -> list[str]:
+    """The tasks of GRPO step ``step``: passes over ``pool``, each in a fresh seeded order."""
+    out = []
+    for k in range(step * num_tasks, (step + 1) * num_tasks):
+        epoch, position = divmod(k, len(pool))
+        order = np.random.default_rng(np.random.SeedSequence([seed, epoch])).permutation(len(pool))
+        out.append(pool[int(order[position])])
+    return out
+
+
+def _rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, split: str | None = None,
+                    temperature: float | None = None) -> RolloutConfig:
+    r = config.rollout
+    temperature = r.temperature if temperature is None else temperature
+    return RolloutConfig(
+        env_id=config.env_id,
+        split=split or r.split,
+        task_ids=tuple(task_ids),
+        group_size=r.group_size if split is None else 1,
+        seed=seed,
+        max_turns=r.max_turns,
+        max_new_tokens=r.max_new_tokens,
+        max_total_tokens=r.max_total_tokens,
+        temperature=temperature,
+        top_p=r.top_p if temperature > 0 else 1.0,
+        env_kwargs=dict(r.env_kwargs),
+        env_workers=r.env_workers,
+    )
+
+
+def _backend(policy: torch.nn.Module, tokenizer: Any, config: TrainConfig) -> Any:
+    from agentgym.models.hf import HFBackend
+
+    return HFBackend(policy, tokenizer, name=f"hf:{config.model or DEFAULT_MODEL}")
+
+
+def _evaluate(policy: torch.nn.Module, tokenizer: Any, config: TrainConfig, tasks: Sequence[str], display: ProgressDisplay) -> dict[str, float]:
+    """One episode per evaluation task, same seeds every time, so only the model changes."""
+    rollout = _rollout_config(config, tasks, seed=derive_seed(config.seed, _EVAL), split=config.eval.split,
+                              temperature=config.eval.temperature)
+    return eval_summary(run_rollouts(_backend(policy, tokenizer, config), rollout, progress=display.episodes("eval")))
+
+
+def _early_stopping(state: RunState, config: TrainConfig, summary: dict[str, float], label: str) -> None:
+    """Track the best periodic evaluation; stop after ``patience`` evaluations without improvement."""
+    key = "episode/success_rate" if config.eval.metric == "success_rate" else "reward/mean"
+    value = summary[key]
+    if state.best is None or value > state.best["value"] + config.eval.min_delta:
+        state.best = {"label": label, "value": value}
+        state.evals_without_improvement = 0
+    else:
+        state.evals_without_improvement += 1
+        if config.eval.patience is not None and state.evals_without_improvement >= config.eval.patience:
+            state.stopped_early = True
+
+
+def _global_step(config: TrainConfig, state: RunState) -> int:
+    """SFT steps, then GRPO steps, as one axis (the metrics' ``t``)."""
+    return state.step if state.phase == "sft" else config.sft.steps + state.step
+
+
+def _load(config: TrainConfig, source: str | None) -> tuple[torch.nn.Module, Any]:
+    """The policy from ``source`` (LoRA adapters initialised from the run's seed)."""
+    with _seeded_torch(config):
+        return load_policy(source, device=config.device, dtype=config.dtype, lora=config.lora)
+
+
+@contextmanager
+def _seeded_torch(config: TrainConfig) -> Iterator[None]:
+    """peft draws adapter initialisations from torch's global generator: fork it and seed the fork
+    from the run's seed, so adapters are reproducible and nobody else's random state moves."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(derive_seed(config.seed, _LORA))
+        yield
+
+
+def _finish_sft(policy: torch.nn.Module, tokenizer: Any, config: TrainConfig, sft_dir: Path) -> torch.nn.Module:
+    """Save the SFT result (the GRPO reference, and the base a resumed GRPO phase loads).
+
+    With LoRA the SFT adapters are merged into the weights and fresh adapters are added, so the
+    reference (adapters off) is the SFT model, not the original one.
+    """
+    _export(policy, tokenizer, sft_dir)
+    if not is_lora(policy):
+        return policy
+    merged = policy.merge_and_unload()
+    with _seeded_torch(config):
+        return add_lora(merged, config.lora).eval()
+
+
+def _export(policy: torch.nn.Module, tokenizer: Any, path: Path) -> None:
+    """Save a loadable model folder (``--model PATH``); LoRA adapters are merged into a copy."""
+    model = copy.deepcopy(policy).merge_and_unload() if is_lora(policy) else policy
+    shutil.rmtree(path, ignore_errors=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+
+
+def _pad_id(tokenizer: Any) -> int:
+    """Any id works for padding (never attended to, never trained on); prefer the tokenizer's own."""
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    return 0
+
+
+def _make_env(config: TrainConfig, split: str) -> gym.Env:
+    import agentgym  # noqa: F401 - registers the environments
+
+    if config.env_id not in gym.registry:
+        known = ", ".join(k for k in gym.registry if k.startswith("agentgym/"))
+        raise TrainerError(f"unknown environment {config.env_id!r}; known: {known}")
+    extra = {} if config.rollout.max_turns is None else {"max_turns": config.rollout.max_turns}
+    try:
+        return gym.make(config.env_id, split=split, **config.rollout.env_kwargs, **extra)
+    except TypeError as exc:
+        raise TrainerError(f"cannot make {config.env_id}: {exc}") from None
+
+
+def _env_facts(config: TrainConfig, split: str) -> tuple[list[str], list[dict[str, Any]], int]:
+    """Task ids of ``split``, tool schemas and the turn limit of the environment."""
+    env = _make_env(config, split)
+    try:
+        return list(env.unwrapped.task_ids), list(env.unwrapped.tools), int(env.unwrapped.max_turns)
+    finally:
+        env.close()
+
+
+def _checked_tasks(config: TrainConfig, split: str, available: Sequence[str], task_ids: Sequence[str] | None) -> list[str]:
+    """``task_ids`` checked against the tasks of ``split``, or all of them."""
+    if task_ids is None:
+        return list(available)
+    unknown = sorted(set(task_ids) - set(available))
+    if unknown:
+        raise TrainerError(f"unknown task ids for {config.env_id} ({split}): {', '.join(unknown[:5])}")
+    return list(task_ids)
+
+
+def _eval_tasks(config: TrainConfig) -> list[str]:
+    """The fixed evaluation set: ``eval.task_ids``, or ``eval.num_tasks`` of the split in a seeded order."""
+    split = config.eval.split
+    pool = _checked_tasks(config, split, _env_facts(config, split)[0], config.eval.task_ids)
+    if config.eval.task_ids is not None:
+        return pool
+    order = np.random.default_rng(derive_seed(config.seed, _EVAL)).permutation(len(pool))
+    return [pool[int(i)] for i in order[: config.eval.num_tasks]]
+
+
+def _sft_tasks(config: TrainConfig, available: Sequence[str], train_pool: Sequence[str]) -> list[str]:
+    """The demonstrated tasks: ``sft.task_ids`` or the rollout pool, at most ``sft.num_tasks`` of them."""
+    pool = _checked_tasks(config, config.rollout.split, available, config.sft.task_ids) if config.sft.task_ids else list(train_pool)
+    if config.sft.num_tasks is None or config.sft.num_tasks >= len(pool):
+        return pool
+    order = np.random.default_rng(derive_seed(config.seed, _SFT, 0)).permutation(len(pool))
+    return [pool[int(i)] for i in order[: config.sft.num_tasks]]
+
+
+# What may change when a run is resumed: its length and where its output goes.
+_RESUMABLE_CHANGES = ("grpo.steps", "logging.", "checkpoint.", "output_dir")
+
+_RUN_FILES = ("config.yaml", "metrics.jsonl", "report.md", "checkpoints", "tensorboard", "plots", "model", "sft_model")
+
+
+def _prepare_run_dir(run_dir: Path, config: TrainConfig, *, resume: bool | str | Path, overwrite: bool) -> Path | None:
+    """Check the folder against the request; return the checkpoint to resume from, if any."""
+    if resume:
+        checkpoint = latest_checkpoint(run_dir) if resume is True else Path(resume)
+        if checkpoint is None or not (checkpoint / "state.json").is_file():
+            raise TrainerError(f"no checkpoint to resume from in {run_dir if resume is True else resume}")
+        saved_file = run_dir / "config.yaml"
+        if saved_file.is_file():
+            saved, now = _flat(config_to_dict(load_config(saved_file))), _flat(config_to_dict(config))
+            changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k) and not k.startswith(_RESUMABLE_CHANGES))
+            if changed:
+                raise TrainerError(f"cannot resume with a different configuration; changed: {', '.join(changed)}")
+        return checkpoint
+    if run_dir.exists() and any((run_dir / name).exists() for name in _RUN_FILES):
+        if not overwrite:
+            raise TrainerError(f"{run_dir} already holds a run; resume it, overwrite it, or choose another output folder")
+        for name in _RUN_FILES:
+            target = run_dir / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            elif target.exists():
+                target.unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    return None
+
+
+def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict) and key != "env_kwargs":
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
