@@ -63,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--probe-episodes", type=_positive_int, default=10, help="episodes per oracle/canary policy (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=_validate_reward)
+
+    from agentgym.cli_eval import add_eval_commands
+
+    add_eval_commands(commands)
     return parser
 
 

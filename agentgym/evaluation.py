@@ -155,5 +155,5 @@ def print_report(summary: Mapping[str, Any], console: Any = None) -> None:
     if timing:
         console.print(
             f"{timing['sampled_tokens']} tokens sampled in {timing['wall_s']:.1f} s ({timing['tokens_per_s']:.1f} tokens/s); "
-            f"generation {timing['generate_share']:.0%}, environments {timing['env_share']:.0%} of wall time"
+            f"generation {timing['generate_share']:.1%}, environments {timing['env_share']:.1%} of wall time"
         )

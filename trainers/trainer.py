@@ -140,19 +140,19 @@ def train(
 
     console = console or Console(stderr=True)
     run_dir = Path(config.output_dir)
+    seed = config.seed
+    # ---- the tasks (checked before anything is written), the run folder, the policy
+    train_ids, tools, max_turns = _env_facts(config, config.rollout.split)
+    train_pool = _checked_tasks(config, config.rollout.split, train_ids, config.rollout.task_ids)
+    eval_tasks = _eval_tasks(config)
     checkpoint = _prepare_run_dir(run_dir, config, resume=resume, overwrite=overwrite)
     state = RunState(**load_checkpoint_state(checkpoint)) if checkpoint else RunState(phase="sft" if config.sft.steps else "grpo")
     dump_config(config, run_dir / "config.yaml")
-    seed = config.seed
-
-    # ---- the policy (the SFT result when resuming GRPO after SFT), the tasks
+    # After SFT, the SFT result is the base (resuming GRPO loads it, then the checkpoint's weights).
     sft_dir = run_dir / "sft_model"
     base_model = str(sft_dir) if state.phase != "sft" and sft_dir.is_dir() else config.model
     policy, tokenizer = _load(config, base_model)
     pad_id = _pad_id(tokenizer)
-    train_ids, tools, max_turns = _env_facts(config, config.rollout.split)
-    train_pool = _checked_tasks(config, config.rollout.split, train_ids, config.rollout.task_ids)
-    eval_tasks = _eval_tasks(config)
     # Dr. GRPO's constant: the most tokens a trajectory can sample.
     budget = config.rollout.max_new_tokens * max_turns
     if config.rollout.max_total_tokens is not None:

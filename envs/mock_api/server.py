@@ -181,7 +181,10 @@ class MockApiServer:
         body: bytes | None = await _read_body(conn, reader) if length <= DRAIN_LIMIT else None
         if body is not None and len(body) > MAX_BODY_BYTES:
             body = None
-        target = urllib.parse.urlsplit(request.target.decode("latin-1"))
+        try:
+            target = urllib.parse.urlsplit(request.target.decode("latin-1"))
+        except ValueError as exc:  # e.g. an unclosed IPv6 host in an absolute-form target
+            raise _Refusal(400, f"malformed request target: {exc}") from None
         sid, _, rest = target.path.removeprefix(SESSION_PREFIX).partition("/")
         session = self.sessions.get(sid) if target.path.startswith(SESSION_PREFIX) else None
         if session is None:

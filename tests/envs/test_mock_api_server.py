@@ -173,6 +173,7 @@ HOSTILE = {
     "garbage request line": (b"GARBAGE\r\n\r\n", 400, "http_400"),
     "unknown method": (b"BREW /s/x/ HTTP/1.1\r\nHost: a\r\n\r\n", 404, "unknown_session"),
     "bad content length": (b"GET /s/x/ HTTP/1.1\r\nHost: a\r\nContent-Length: nope\r\n\r\n", 400, "http_400"),
+    "broken absolute target": (b"GET http://[::1/s/x/ HTTP/1.1\r\nHost: a\r\n\r\n", 400, "http_400"),
     "no host header": (b"GET /s/x/ HTTP/1.1\r\n\r\n", 400, "http_400"),
     "endless header": (b"GET /s/x/ HTTP/1.1\r\nHost: a\r\nX-Big: " + b"a" * 100_000, 431, "http_431"),
     "chunked body": (b"POST /s/x/tickets HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411, "http_411"),

@@ -119,10 +119,10 @@ def test_sft_steps_lower_the_loss_on_the_demonstrations(tiny) -> None:
     model, tokenizer = tiny
     model = copy.deepcopy(model)
     demos = toy_demos(tokenizer)
-    sft = SFTSection(micro_batch_size=3, optim=OptimSection(lr=3e-3))
+    sft = SFTSection(micro_batch_size=3, optim=OptimSection(lr=3e-2))
     optimizer, scheduler = make_optimizer(model, sft.optim, total_steps=8)
     losses = [sft_update(model, optimizer, scheduler, demos, sft, pad_token_id=0)["sft/loss"] for _ in range(8)]
-    assert losses[-1] < 0.8 * losses[0]
+    assert losses[-1] < 0.6 * losses[0]
 
 
 def test_cut_demonstrations_without_assistant_tokens_are_an_error(tiny) -> None:

@@ -1,0 +1,109 @@
+"""Whole runs: the real default model through one SFT step and one GRPO step; LoRA; the commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+import pytest
+from conftest import TOY_ENV
+from safetensors.torch import load_file
+
+from agentgym.models import load_model, resolve_model_path
+from agentgym.trainers.checkpoint import latest_checkpoint
+from agentgym.trainers.cli import add_parsers
+from agentgym.trainers.config import load_config
+from agentgym.trainers.diagnostics import read_metrics
+from agentgym.trainers.modeling import TrainerError, add_lora
+from agentgym.trainers.trainer import train
+
+QUIET = {"logging.progress": False, "logging.tensorboard": False, "logging.plots": False}
+
+
+def test_one_sft_step_and_one_grpo_step_with_the_default_model(tmp_path) -> None:
+    """Tiny settings, real model: demonstrations, the SFT update, rollouts, the GRPO update, report."""
+    pytest.importorskip("transformers")
+    try:
+        default_dir = resolve_model_path(None)
+    except Exception as exc:  # noqa: BLE001 - any reason the default model is unavailable
+        pytest.skip(f"the default model is not available: {exc}")
+    config = load_config(overrides={
+        "env_id": TOY_ENV, "device": "cpu", "output_dir": str(tmp_path / "run"),
+        "rollout.num_tasks": 1, "rollout.group_size": 2, "rollout.max_new_tokens": 16,
+        "sft.steps": 1, "sft.batch_size": 1, "sft.optim.lr": 1e-5, "grpo.steps": 1, "optim.lr": 1e-6,
+        "eval.num_tasks": 1, **QUIET,
+    })
+    result = train(config)
+    rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
+    (sft,) = [r for r in rows if r["phase"] == "sft"]
+    (grpo,) = [r for r in rows if r["phase"] == "grpo"]
+    assert math.isfinite(sft["sft/loss"]) and sft["sft/loss"] > 0 and sft["optim/grad_norm"] > 0
+    assert grpo["batch/trajectories"] == 2 and grpo["optim/updates"] == 1
+    assert math.isfinite(grpo["policy/entropy"]) and grpo["policy/ratio_mean"] == 1.0
+    assert set(result.evaluations) == {"base", "sft", "final"}
+    assert "| success rate |" in result.report and "after GRPO" in result.report
+    start = load_file(f"{default_dir}/model.safetensors")
+    tuned = load_file(str(tmp_path / "run" / "sft_model" / "model.safetensors"))
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert not (start[name] == tuned[name]).all(), "the SFT step did not change the weights"
+    assert (tmp_path / "run" / "report.md").read_text() == result.report
+
+
+def test_lora_trains_adapters_only_and_exports_a_merged_model(tiny_model_dir, tmp_path) -> None:
+    pytest.importorskip("peft")
+    config = load_config(overrides={
+        "env_id": TOY_ENV, "model": str(tiny_model_dir), "device": "cpu", "output_dir": str(tmp_path / "run"),
+        "rollout.num_tasks": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 6,
+        "sft.steps": 1, "sft.batch_size": 2, "sft.optim.lr": 1e-2, "grpo.steps": 1, "optim.lr": 1e-2,
+        "lora.enabled": True, "lora.r": 4, "lora.alpha": 8, "eval.num_tasks": 1, **QUIET,
+    })
+    train(config)
+    saved = load_file(str(latest_checkpoint(tmp_path / "run") / "weights.safetensors"))
+    assert saved and all("lora_" in name for name in saved)
+    merged = load_file(str(tmp_path / "run" / "sft_model" / "model.safetensors"))
+    original = load_file(str(tiny_model_dir / "model.safetensors"))
+    assert not any("lora_" in name for name in merged)
+    name = "model.layers.0.self_attn.q_proj.weight"
+    assert not (merged[name] == original[name]).all(), "the SFT adapters were not merged into the weights"
+    model, _ = load_model(str(tmp_path / "run" / "model"), device="cpu")
+    assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_lora_without_peft_is_a_clear_error(tiny_model_dir, monkeypatch) -> None:
+    model, _ = load_model(str(tiny_model_dir), device="cpu")
+    monkeypatch.setitem(sys.modules, "peft", None)
+    config = load_config(overrides={"env_id": TOY_ENV, "lora.enabled": True})
+    with pytest.raises(TrainerError, match="pip install peft"):
+        add_lora(model, config.lora)
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
+    parser = argparse.ArgumentParser(prog="agentgym")
+    add_parsers(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    code = args.run(args)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_commands_print_the_report_or_json_and_reject_bad_input(tiny_model_dir, tmp_path, capsys) -> None:
+    common = ["--model", str(tiny_model_dir), "--device", "cpu", "--no-progress",
+              "--set", "rollout.num_tasks=1", "--set", "rollout.group_size=2", "--set", "rollout.max_new_tokens=4",
+              "--set", "eval.num_tasks=1", "--set", "logging.plots=false", "--set", "logging.tensorboard=false"]
+    code, out, _ = run_cli(["sft", TOY_ENV, "--steps", "1", "--output", str(tmp_path / "sft"), *common], capsys)
+    assert code == 0 and "after SFT" in out and "after GRPO" not in out
+    code, out, _ = run_cli(["train", TOY_ENV, "--steps", "1", "--output", str(tmp_path / "grpo"), "--json", *common], capsys)
+    assert code == 0 and set(json.loads(out)["evaluations"]) == {"base", "final"}
+
+    for argv, message in [
+        (["train", TOY_ENV, "--set", "grpo.bogus=1"], "grpo.bogus: unknown option"),
+        (["train", "agentgym/Nope-v0", "--output", str(tmp_path / "nope")], "unknown environment"),
+        (["train", TOY_ENV, "--output", str(tmp_path / "grpo"), "--model", str(tiny_model_dir)], "already holds a run"),
+        (["train", TOY_ENV, "--output", str(tmp_path / "fresh"), "--resume"], "no checkpoint"),
+        (["train", TOY_ENV, "--config", str(tmp_path / "absent.yaml")], "cannot read config file"),
+    ]:
+        code, out, err = run_cli(argv, capsys)
+        assert code == 2 and out == ""
+        assert err.startswith("agentgym: error: ") and message in err and "Traceback" not in err
