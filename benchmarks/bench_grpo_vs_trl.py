@@ -93,7 +93,7 @@ def time_trl(model: torch.nn.Module, tokenizer: Any, episodes: list[Episode], ar
     def rollout_func(prompts: list[str], trainer: Any) -> dict[str, Any]:
         # TRL passes each prompt once per generation; hand out the group's members in order.
         taken: dict[str, int] = {}
-        out: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [], "agentgym_reward": []}
+        out: dict[str, Any] = {"prompt_ids": [], "completion_ids": [], "env_mask": [], "agentgym_reward": []}
         for prompt in prompts:
             member = groups[prompt][taken.get(prompt, 0)]
             taken[prompt] = taken.get(prompt, 0) + 1
@@ -101,10 +101,9 @@ def time_trl(model: torch.nn.Module, tokenizer: Any, episodes: list[Episode], ar
             cut = t.prompt_length
             out["prompt_ids"].append(list(t.token_ids[:cut]))
             out["completion_ids"].append(list(t.token_ids[cut:]))
-            out["logprobs"].append(None)
             out["env_mask"].append(list(t.loss_mask[cut:]))
             out["agentgym_reward"].append(member.reward)
-        return out
+        return {**out, "logprobs": None}  # no sampling logprobs: TRL uses them only with vLLM
 
     def reward(prompts: list[str], completions: list[Any], agentgym_reward: list[float], **kwargs: Any) -> list[float]:
         return list(agentgym_reward)
@@ -128,6 +127,7 @@ def time_trl(model: torch.nn.Module, tokenizer: Any, episodes: list[Episode], ar
             gradient_accumulation_steps=1, learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
             weight_decay=0.0, max_grad_norm=1.0, beta=args.beta, epsilon=0.2, loss_type="grpo", scale_rewards="group",
             num_iterations=1, max_completion_length=longest, disable_dropout=True, seed=0, dataloader_num_workers=0,
+            shuffle_dataset=False,  # every step sees each group once, as ours does
         )
         timer = Timer()
         trainer = GRPOTrainer(
