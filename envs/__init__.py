@@ -14,6 +14,10 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = {
         "agentgym.envs.code_exec.env:CodeExecEnv",
         "Write, test and submit Python code in a sandbox; graded by hidden tests",
     ),
+    "agentgym/MockAPI-v0": (
+        "agentgym.envs.mock_api.env:MockApiEnv",
+        "Helpdesk operations over a real HTTP API with seeded, reproducible faults",
+    ),
     "agentgym/SQL-v0": (
         "agentgym.envs.knowledge.sql_env:SQLEnv",
         "Answer questions with read-only SQL over a synthetic world snapshot",

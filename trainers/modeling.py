@@ -231,17 +231,19 @@ def token_logprobs(
         )
     else:
         out = model(input_ids=ids, attention_mask=attention, use_cache=False, logits_to_keep=keep)
-    logits = out.logits.float()
+    logits = out.logits.float()  # [B, K, V]
     if temperature != 1.0:
         logits = logits / temperature
-    log_probs = torch.log_softmax(logits, dim=-1)  # [B, K, V]
+    # logit - logsumexp instead of a full log_softmax: no second [B, K, V] tensor is kept for backward.
+    normalizer = torch.logsumexp(logits, dim=-1)  # [B, K]
     targets = ids[:, keep + 1]  # [B, K]
-    picked = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normalizer
     kept_mask = mask[:, keep + 1]
     logprobs = logprobs.index_put((torch.arange(rows, device=ids.device)[:, None], keep[None, :] + 1), picked.masked_fill(~kept_mask, 0.0))
     if entropy is not None:
         with torch.no_grad():
-            per_position = -(log_probs.exp() * log_probs).sum(dim=-1)
+            # H = logsumexp(z) - sum_v p_v z_v
+            per_position = normalizer - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
             entropy[:, keep + 1] = per_position.masked_fill(~kept_mask, 0.0)
     return logprobs, entropy
 
