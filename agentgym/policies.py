@@ -6,14 +6,16 @@ next to their environment and are listed by the environment's ``policies()``.
 
 from __future__ import annotations
 
+import abc
 import json
 import random
 import string
+from collections.abc import Generator
 from typing import Any, Protocol
 
 from agentgym.parsing import format_tool_call
 
-__all__ = ["AnswerSpamPolicy", "DoNothingPolicy", "FormatOnlyPolicy", "Policy", "RandomPolicy", "ReplayPolicy", "ToolSpamPolicy", "sample_arguments"]
+__all__ = ["AnswerSpamPolicy", "DoNothingPolicy", "FormatOnlyPolicy", "Policy", "RandomPolicy", "ReplayPolicy", "Script", "ScriptedPolicy", "ToolSpamPolicy", "sample_arguments"]
 
 
 class Policy(Protocol):
@@ -23,6 +25,39 @@ class Policy(Protocol):
     def reset(self, env: Any, observation: list[dict[str, Any]], info: dict[str, Any]) -> None: ...
 
     def act(self, observation: list[dict[str, Any]]) -> Any: ...
+
+
+Script = Generator[Any, list[dict[str, Any]], None]
+
+
+class ScriptedPolicy(abc.ABC):
+    """A policy written as a generator: :meth:`script` yields turns and receives each turn's
+    observation (``observation = yield action``), so a scripted oracle reads like the workflow
+    it follows. Oracles and scripted baselines subclass it."""
+
+    def __init__(self, seed: int = 0):
+        del seed  # scripts are deterministic; the argument keeps one constructor for all policies
+        self._script: Script | None = None
+        self._started = False
+
+    def reset(self, env: Any, observation: list[dict[str, Any]], info: dict[str, Any]) -> None:
+        self._script = self.script(env)
+        self._started = False
+
+    def act(self, observation: list[dict[str, Any]]) -> Any:
+        if self._script is None:
+            raise RuntimeError("call reset() before act()")
+        try:
+            if not self._started:
+                self._started = True
+                return next(self._script)
+            return self._script.send(observation)
+        except StopIteration:
+            raise RuntimeError("the scripted policy has no turn left") from None
+
+    @abc.abstractmethod
+    def script(self, env: Any) -> Script:
+        """The turns for the episode ``env`` (the unwrapped environment) has just started."""
 
 
 class ReplayPolicy:

@@ -10,39 +10,26 @@ from __future__ import annotations
 from typing import Any
 
 from agentgym.parsing import format_tool_call
+from agentgym.policies import Script, ScriptedPolicy
 from agentgym.sandbox._harness import decode
 
 
-class _ScriptedPolicy:
-    def __init__(self, seed: int = 0):
-        del seed  # deterministic by construction
-        self._turns: list[str] = []
-
-    def reset(self, env: Any, observation: list[dict[str, Any]], info: dict[str, Any]) -> None:
-        self._turns = self.script(env.task)
-
-    def act(self, observation: list[dict[str, Any]]) -> str:
-        if not self._turns:
-            raise RuntimeError("the scripted policy has no turn left (call reset() first)")
-        return self._turns.pop(0)
-
-    def script(self, task: dict[str, Any]) -> list[str]:
-        raise NotImplementedError
-
-
-class OraclePolicy(_ScriptedPolicy):
+class OraclePolicy(ScriptedPolicy):
     """Runs the reference solution on the visible examples, then submits it: reward 1.0."""
 
-    def script(self, task: dict[str, Any]) -> list[str]:
+    def script(self, env: Any) -> Script:
+        task = env.task
         check = task["solution"]
         if task["format"] == "function":
             calls = [f"print({task['entry_point']}(*{decode(e['args'])!r}) == {decode(e['expected'])!r})" for e in task["examples"]]
             check = f"{check}\n" + "\n".join(calls) + "\n"
-        return [format_tool_call("run_python", {"code": check}), format_tool_call("submit", {"code": task["solution"]})]
+        yield format_tool_call("run_python", {"code": check})
+        yield format_tool_call("submit", {"code": task["solution"]})
 
 
-class PromptOnlyPolicy(_ScriptedPolicy):
+class PromptOnlyPolicy(ScriptedPolicy):
     """Submits the task's starting code unchanged (HumanEval: the empty body): a floor of 0."""
 
-    def script(self, task: dict[str, Any]) -> list[str]:
-        return [format_tool_call("submit", {"code": task.get("code_prompt", f"def {task.get('entry_point', 'solution')}(*args):\n    pass\n")})]
+    def script(self, env: Any) -> Script:
+        task = env.task
+        yield format_tool_call("submit", {"code": task.get("code_prompt", f"def {task.get('entry_point', 'solution')}(*args):\n    pass\n")})

@@ -10,16 +10,13 @@ chain and contains the needed value, and the math oracle computes with the calcu
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from agentgym.parsing import format_tool_call
+from agentgym.policies import Script, ScriptedPolicy
 
 __all__ = ["ORACLES", "SQLOracle", "SearchQAOracle", "ToolMathOracle"]
-
-Script = Generator[str, list[dict[str, Any]], None]
-
 
 class OracleError(RuntimeError):
     """The task's solution does not hold up against the tools (a task-data bug)."""
@@ -35,35 +32,11 @@ def _results(observation: list[dict[str, Any]]) -> list[Any]:
     return out
 
 
-class _ScriptedOracle:
-    """Runs a generator script that yields turns and receives each turn's observation."""
-
-    def __init__(self, seed: int = 0):
-        del seed  # the oracles are deterministic
-        self._script: Script | None = None
-        self._started = False
-
-    def reset(self, env: Any, observation: list[dict[str, Any]], info: dict[str, Any]) -> None:
-        self._script = self.script(env.task)
-        self._started = False
-
-    def act(self, observation: list[dict[str, Any]]) -> str:
-        if self._script is None:
-            raise RuntimeError("call reset() before act()")
-        if not self._started:
-            self._started = True
-            return next(self._script)
-        return self._script.send(observation)
-
-    def script(self, task: dict[str, Any]) -> Script:
-        """The turns for ``task``."""
-        raise NotImplementedError
-
-
-class SQLOracle(_ScriptedOracle):
+class SQLOracle(ScriptedPolicy):
     """Runs the reference query and answers from the rows it returns."""
 
-    def script(self, task: dict[str, Any]) -> Script:
+    def script(self, env: Any) -> Script:
+        task = env.task
         (result,) = _results((yield format_tool_call("sql", {"query": task["solution"]["sql"]})))
         rows = result["rows"]
         if task["answer"]["type"] == "list":
@@ -86,10 +59,11 @@ def _read_chain(docs: list[str], titles: list[str], opened: dict[str, str]) -> S
             raise OracleError(f"article {doc_id!r} does not name the next entity {titles[index + 1]!r}")
 
 
-class SearchQAOracle(_ScriptedOracle):
+class SearchQAOracle(ScriptedPolicy):
     """Reads the chain of articles and answers with the value as the last article writes it."""
 
-    def script(self, task: dict[str, Any]) -> Script:
+    def script(self, env: Any) -> Script:
+        task = env.task
         solution = task["solution"]
         opened: dict[str, str] = {}
         yield from _read_chain(solution["docs"], solution["titles"], opened)
@@ -98,10 +72,11 @@ class SearchQAOracle(_ScriptedOracle):
         yield format_tool_call("answer", {"text": solution["answer_text"]})
 
 
-class ToolMathOracle(_ScriptedOracle):
+class ToolMathOracle(ScriptedPolicy):
     """Reads every fact's chain, computes with the calculator and rounds half-up as the question asks."""
 
-    def script(self, task: dict[str, Any]) -> Script:
+    def script(self, env: Any) -> Script:
+        task = env.task
         solution = task["solution"]
         opened: dict[str, str] = {}
         for fact in solution["facts"]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.parsing import format_tool_call
+from agentgym.policies import ScriptedPolicy
 
 __all__ = ["IgnoreErrorsPolicy", "OraclePolicy", "PLANS", "Call"]
 
@@ -223,32 +224,15 @@ PLANS: dict[str, Callable[[dict[str, Any]], Plan]] = {
 # ----------------------------------------------------------------------------- drivers
 
 
-class _PlanPolicy:
+class _PlanPolicy(ScriptedPolicy):
     """Runs the task's plan one request per turn (a wait may share the turn), then finishes."""
 
     resilient: bool  # whether failed calls are retried until they succeed
 
-    def __init__(self, seed: int = 0):
-        del seed  # deterministic: the plan and the responses decide everything
-        self._turns: Turns | None = None
-        self._started = False
-        self._token: str | None = None
-        self._keys = 0
-        self._task_id = self._api_key = ""
-
-    def reset(self, env: Any, observation: list[dict[str, Any]], info: dict[str, Any]) -> None:
+    def script(self, env: Any) -> Turns:
         task = env.task
         self._token, self._keys, self._task_id, self._api_key = None, 0, task["task_id"], env.api_key
-        self._turns = self._run(PLANS[task["template"]](task["params"]))
-        self._started = False
-
-    def act(self, observation: list[dict[str, Any]]) -> str:
-        if self._turns is None:
-            raise RuntimeError("call reset() before act()")
-        if not self._started:
-            self._started = True
-            return next(self._turns)
-        return self._turns.send(observation)
+        return self._run(PLANS[task["template"]](task["params"]))
 
     def _run(self, plan: Plan) -> Turns:
         try:

@@ -7,15 +7,14 @@ refunds every requested item in full.
 
 from __future__ import annotations
 
+import abc
 import json
-from collections.abc import Generator
 from decimal import Decimal
 from typing import Any
 
 from agentgym.parsing import format_tool_call
+from agentgym.policies import Script, ScriptedPolicy
 from agentgym.envs.refund.rules import money
-
-Script = Generator[str, list[dict[str, Any]], None]
 
 
 def _call(name: str, **arguments: Any) -> str:
@@ -30,31 +29,15 @@ def _result(observation: list[dict[str, Any]]) -> Any:
     return json.loads(message["content"])
 
 
-class _WorkflowPolicy:
+class _WorkflowPolicy(ScriptedPolicy):
     """Verify, find the order, check every requested item, refund/deny, confirm, one call a turn."""
 
-    def __init__(self, seed: int = 0):
-        del seed  # the workflow is deterministic
-        self._script: Script | None = None
-        self._started = False
-
-    def reset(self, env: Any, observation: list[dict[str, Any]], info: dict[str, Any]) -> None:
-        self._script = self._workflow(env.task["facts"])
-        self._started = False
-
-    def act(self, observation: list[dict[str, Any]]) -> str:
-        if self._script is None:
-            raise RuntimeError("call reset() before act()")
-        if not self._started:
-            self._started = True
-            return next(self._script)
-        return self._script.send(observation)
-
+    @abc.abstractmethod
     def decide(self, item: dict[str, Any], verdict: dict[str, Any]) -> Decimal | str:
         """A refund amount for the item, or a denial reason (subclasses choose)."""
-        raise NotImplementedError
 
-    def _workflow(self, facts: dict[str, Any]) -> Script:
+    def script(self, env: Any) -> Script:
+        facts = env.task["facts"]
         yield _call("ask_customer", question="email")
         yield _call("ask_customer", question="zip")
         customer_id = _result((yield _call("verify_identity", email=facts["email"], zip_code=facts["zip"])))["customer_id"]
