@@ -67,6 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     from agentgym.cli_eval import add_eval_commands
 
     add_eval_commands(commands)
+
+    from agentgym.trainers.cli import add_parsers as add_train_commands
+
+    add_train_commands(commands)
     return parser
 
 

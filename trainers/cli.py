@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 __all__ = ["add_parsers", "sft_command", "train_command"]
@@ -33,7 +34,7 @@ def _arguments(p: argparse.ArgumentParser, *, steps_help: str) -> None:
     p.add_argument("--config", metavar="FILE.yaml", help="training configuration (see docs/trainer.md)")
     p.add_argument("--model", help="model name, folder or .gguf file (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--device", help="cpu, cuda, cuda:1 or auto (default auto)")
-    p.add_argument("--dtype", help="float32, bfloat16 or auto (bf16 on CUDA, fp32 on CPU)")
+    p.add_argument("--dtype", help="weights dtype: auto (float32, bf16 autocast on CUDA), float32 or bfloat16")
     p.add_argument("--output", metavar="DIR", help="run folder (default: the config's output_dir, else runs/ENV_NAME)")
     p.add_argument("--seed", type=int, help="seed every random choice derives from")
     p.add_argument("--steps", type=int, help=steps_help)
@@ -100,7 +101,7 @@ def _config_sets_output(path: str | None) -> bool:
     import yaml
 
     try:
-        data = yaml.safe_load(open(path, encoding="utf-8"))  # noqa: SIM115 - a short read
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return False  # load_config reports the problem
     return isinstance(data, dict) and "output_dir" in data

@@ -189,7 +189,8 @@ class EvalSection:
     Attributes:
         split: the evaluation split.
         task_ids: evaluation tasks; ``None`` takes ``num_tasks`` of ``split`` in a seeded order.
-        num_tasks: tasks evaluated (one episode each) when ``task_ids`` is not given.
+        num_tasks: tasks evaluated when ``task_ids`` is not given.
+        samples: episodes per task (more than 1 only makes sense with ``temperature > 0``).
         temperature: sampling temperature of evaluation episodes (0: greedy).
         every: GRPO steps between evaluations; 0 evaluates only before and after training.
         metric: the early-stopping metric: ``success_rate`` or ``reward_mean``.
@@ -203,6 +204,7 @@ class EvalSection:
     split: str = "val"
     task_ids: tuple[str, ...] | None = None
     num_tasks: int = 16
+    samples: int = 1
     temperature: float = 0.0
     every: int = 0
     metric: Literal["success_rate", "reward_mean"] = "success_rate"
@@ -273,7 +275,8 @@ class TrainConfig:
         env_id: the environment, e.g. ``agentgym/SQL-v0``.
         model: model reference for :func:`agentgym.models.load_model`; ``None`` is the default model.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``, ...
-        dtype: ``auto`` (bf16 on CUDA, fp32 on CPU) or a torch dtype name.
+        dtype: ``auto`` (float32 weights; on CUDA the forward passes run under bf16 autocast) or a
+            torch dtype name for the weights themselves (``bfloat16`` halves memory but loses small updates).
         ref_device: device of the frozen reference model; ``None`` means ``device``.
         seed: the seed every random choice derives from.
         output_dir: the run folder (config, metrics, plots, checkpoints, report, model).
@@ -353,6 +356,7 @@ def _value_problems(c: TrainConfig) -> list[str]:
     need(s.task_ids is None or len(s.task_ids) > 0, "sft.task_ids must not be empty (leave it out for the rollout pool)")
     e = c.eval
     need(e.num_tasks >= 1, f"eval.num_tasks must be >= 1, got {e.num_tasks}")
+    need(e.samples >= 1, f"eval.samples must be >= 1, got {e.samples}")
     need(e.temperature >= 0, f"eval.temperature must be >= 0, got {e.temperature}")
     need(e.every >= 0, f"eval.every must be >= 0, got {e.every}")
     need(e.patience is None or e.patience >= 1, f"eval.patience must be >= 1, got {e.patience}")

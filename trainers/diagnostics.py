@@ -330,7 +330,7 @@ _PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("grpo_optim", "GRPO: clip fraction, gradient norm", ("policy/clip_frac", "optim/grad_norm")),
     ("grpo_lengths", "GRPO: response tokens and turns", ("episode/response_tokens", "episode/turns")),
     ("grpo_errors", "GRPO: error rates, degenerate groups", ("episode/format_error_rate", "episode/tool_error_rate", "groups/zero_variance", "groups/identical")),
-    ("sft", "SFT: loss and token accuracy", ("sft/loss", "sft/token_accuracy")),
+    ("sft", "SFT: loss (mean NLL per assistant token)", ("sft/loss",)),
     ("eval", "Evaluation", ("episode/success_rate", "reward/mean")),
 )
 
@@ -347,6 +347,7 @@ def plot_metrics(metrics_path: str | Path, out_dir: str | Path) -> tuple[list[Pa
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError:
         return [], "plots skipped: pip install matplotlib"
     rows = read_metrics(metrics_path)
@@ -363,6 +364,7 @@ def plot_metrics(metrics_path: str | Path, out_dir: str | Path) -> tuple[list[Pa
             ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
         ax.set_title(title)
         ax.set_xlabel("step (SFT steps, then GRPO steps)" if phase == "eval" else f"{phase.upper()} step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
         fig.tight_layout()

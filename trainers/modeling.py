@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +37,12 @@ __all__ = [
     "TensorBatch",
     "TrainerError",
     "add_lora",
+    "autocast",
+    "clip_and_step",
+    "is_lora",
     "load_policy",
     "make_optimizer",
+    "shared_prefix_length",
     "token_logprobs",
     "trainable_parameters",
 ]
@@ -99,12 +103,21 @@ def load_policy(
 
     Dropout stays off for the whole run: the ratio of new to old logprobs must be 1 before the
     first update, and sampling, old and new logprobs must all come from the same function.
+    ``dtype="auto"`` keeps float32 weights (AdamW updates of 1e-6 vanish in bf16 weights); on CUDA
+    the trainer computes in bf16 under :func:`autocast`. An explicit dtype is used as given.
     """
-    policy, tokenizer = load_model(model or DEFAULT_MODEL, device=device, dtype=dtype)
+    policy, tokenizer = load_model(model or DEFAULT_MODEL, device=device, dtype="float32" if dtype == "auto" else dtype)
     if lora is not None and lora.enabled:
         policy = add_lora(policy, lora)
     policy.eval()
     return policy, tokenizer
+
+
+def autocast(device: torch.device) -> AbstractContextManager[Any]:
+    """bf16 autocast on CUDA (float32 master weights, bf16 matrix products); nothing elsewhere."""
+    if device.type == "cuda":
+        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+    return nullcontext()
 
 
 def add_lora(model: PreTrainedModel, lora: LoRASection) -> PreTrainedModel:
@@ -289,8 +302,3 @@ class Reference:
 
 def _to(batch: TensorBatch, device: torch.device) -> TensorBatch:
     return TensorBatch(*(t.to(device) for t in (batch.input_ids, batch.attention_mask, batch.loss_mask, batch.logprobs)))
-
-
-def no_grad_if(condition: bool) -> Any:
-    """``torch.no_grad()`` when ``condition``, else a no-op context."""
-    return torch.no_grad() if condition else nullcontext()

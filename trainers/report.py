@@ -41,6 +41,7 @@ def render_report(
     best: Mapping[str, Any] | None = None,
     stopped_early: bool = False,
     eval_tasks: Sequence[str] = (),
+    trained_on: Sequence[str] = (),
 ) -> str:
     """The report as markdown.
 
@@ -54,6 +55,7 @@ def render_report(
         best: the best periodic evaluation, ``{"label", "value"}``.
         stopped_early: whether early stopping ended the GRPO phase.
         eval_tasks: the evaluation task ids.
+        trained_on: the task ids SFT or GRPO trained on (to say whether evaluation tasks were seen).
     """
     columns = [(label, title) for label, title in _COLUMNS if label in evaluations]
     model = config.model or DEFAULT_MODEL
@@ -66,11 +68,15 @@ def render_report(
         f"- GRPO: {config.grpo.steps} steps x {config.rollout.num_tasks} tasks x {config.rollout.group_size} samples, "
         f"lr {config.optim.lr:g}, kl_coef {config.grpo.kl_coef:g}, loss `{config.grpo.loss_agg}`"
         + (" (stopped early)" if stopped_early else ""),
-        f"- evaluation: {len(eval_tasks)} task(s) of the `{config.eval.split}` split, one episode each at temperature "
+        f"- evaluation: {len(eval_tasks)} task(s) of the `{config.eval.split}` split, {config.eval.samples} episode(s) each at temperature "
         f"{config.eval.temperature:g}" + (f" ({', '.join(eval_tasks[:8])}{', ...' if len(eval_tasks) > 8 else ''})" if eval_tasks else ""),
     ]
     if config.eval.split == config.rollout.split:
-        lines.append(f"- note: the evaluation tasks come from the training split `{config.rollout.split}`: this measures fitting, not generalisation")
+        seen = sorted(set(eval_tasks) & set(trained_on))
+        lines.append(
+            f"- note: {len(seen)} of the evaluation tasks were trained on: this measures fitting, not generalisation"
+            if seen else f"- the evaluation tasks come from the training split `{config.rollout.split}` but none was trained on"
+        )
     lines += ["", "| metric | " + " | ".join(title for _, title in columns) + " | change |", "|---|" + "---|" * (len(columns) + 1)]
     components = sorted({k for s in evaluations.values() for k in s if k.startswith("reward/") and k != "reward/mean"})
     rows = [*_ROWS[:2], *((k, f"reward component `{k.removeprefix('reward/')}`") for k in components), *_ROWS[2:]]

@@ -50,6 +50,7 @@ from agentgym.trainers.modeling import (
     TensorBatch,
     TrainerError,
     add_lora,
+    autocast,
     clip_and_step,
     is_lora,
     load_policy,
@@ -164,7 +165,8 @@ def train(
     logger = MetricsLogger(run_dir, tensorboard=config.logging.tensorboard, resume_at=_global_step(config, state) if checkpoint else None)
     notes = list(logger.notes)
 
-    with ProgressDisplay(console, enabled=config.logging.progress) as display:
+    device = next(policy.parameters()).device
+    with ProgressDisplay(console, enabled=config.logging.progress) as display, autocast(device):
 
         def evaluate(label: str) -> dict[str, float]:
             summary = _evaluate(policy, tokenizer, config, eval_tasks, display)
@@ -237,8 +239,8 @@ def train(
                 for warning in monitor.update(state.step, metrics):
                     state.warnings.append(warning)
                     display.message(f"[yellow]warning[/]: {warning}")
-                display.advance("GRPO", f"reward {metrics['reward/mean']:.3f} success {metrics['episode/success_rate']:.2f} "
-                                        f"kl {metrics.get('policy/kl', float('nan')):.4f}")
+                kl = f" kl {metrics['policy/kl']:.4f}" if "policy/kl" in metrics else ""
+                display.advance("GRPO", f"reward {metrics['reward/mean']:.3f} success {metrics['episode/success_rate']:.2f}{kl}")
                 if due(state.step, config.eval.every):
                     _early_stopping(state, config, evaluate(f"grpo step {state.step}"), f"grpo step {state.step}")
                 if due(state.step, config.checkpoint.every) or state.step == g.steps or state.stopped_early:
@@ -254,9 +256,10 @@ def train(
     plots, note = plot_metrics(run_dir / "metrics.jsonl", run_dir / "plots") if config.logging.plots else ([], None)
     if note:
         notes.append(note)
+    trained_on = [*train_pool, *(_sft_tasks(config, train_ids, train_pool) if config.sft.steps else [])]
     report = write_report(run_dir / "report.md", config, state.evaluations, warnings=state.warnings, notes=notes,
                           plots=plots, best=state.best, stopped_early=state.stopped_early,
-                          eval_tasks=eval_tasks)
+                          eval_tasks=eval_tasks, trained_on=trained_on)
     return TrainResult(output_dir=run_dir, evaluations=dict(state.evaluations), report=report, state=state)
 
 
@@ -308,14 +311,15 @@ def grpo_update(
 
     plan = _minibatches(len(kept), group_size, g, shuffle_seed)
     micro = g.micro_batch_size
-    ref_logprobs = None if reference is None else _chunked(lambda b: reference.logprobs(b, temperature=temperature, share_prefix=g.share_prefix), batch, micro)
+    forward = {"temperature": temperature, "share_prefix": g.share_prefix}
+    ref_logprobs = None if reference is None else _chunked(lambda b: reference.logprobs(b, **forward), batch, micro)
     if g.old_logprobs == "sampling":
         old_logprobs: torch.Tensor | None = batch.logprobs
     elif sum(len(epoch) for epoch in plan) == 1:
         old_logprobs = None  # a single update: the loss's own logprobs, detached, are the old ones
     else:
         with torch.no_grad():
-            old_logprobs = _chunked(lambda b: token_logprobs(policy, b, temperature=temperature, share_prefix=g.share_prefix)[0], batch, micro)
+            old_logprobs = _chunked(lambda b: token_logprobs(policy, b, **forward)[0], batch, micro)
 
     sums: dict[str, float] = {}
     weights: dict[str, float] = {}
@@ -334,7 +338,7 @@ def grpo_update(
                 index = rows[start : start + micro]
                 sub = batch.rows(index)
                 width = sub.input_ids.shape[1]
-                logprobs, entropy = token_logprobs(policy, sub, temperature=temperature, share_prefix=g.share_prefix, with_entropy=True)
+                logprobs, entropy = token_logprobs(policy, sub, **forward, with_entropy=True)
                 old = logprobs.detach() if old_logprobs is None else old_logprobs[index, :width]
                 ref = None if ref_logprobs is None else ref_logprobs[index, :width]
                 loss, m = masked_grpo_loss(logprobs, old, ref, advantages[index], sub.loss_mask, clip_eps=g.clip_eps,
@@ -394,15 +398,15 @@ def step_tasks(pool: Sequence[str], num_tasks: int, seed: int, step: int) -> lis
     return out
 
 
-def _rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, split: str | None = None,
-                    temperature: float | None = None) -> RolloutConfig:
-    r = config.rollout
-    temperature = r.temperature if temperature is None else temperature
+def _rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, evaluation: bool = False) -> RolloutConfig:
+    """Training rollouts (``rollout`` section) or evaluation episodes (``eval`` split, samples, temperature)."""
+    r, e = config.rollout, config.eval
+    temperature = e.temperature if evaluation else r.temperature
     return RolloutConfig(
         env_id=config.env_id,
-        split=split or r.split,
+        split=e.split if evaluation else r.split,
         task_ids=tuple(task_ids),
-        group_size=r.group_size if split is None else 1,
+        group_size=e.samples if evaluation else r.group_size,
         seed=seed,
         max_turns=r.max_turns,
         max_new_tokens=r.max_new_tokens,
@@ -421,9 +425,8 @@ def _backend(policy: torch.nn.Module, tokenizer: Any, config: TrainConfig) -> An
 
 
 def _evaluate(policy: torch.nn.Module, tokenizer: Any, config: TrainConfig, tasks: Sequence[str], display: ProgressDisplay) -> dict[str, float]:
-    """One episode per evaluation task, same seeds every time, so only the model changes."""
-    rollout = _rollout_config(config, tasks, seed=derive_seed(config.seed, _EVAL), split=config.eval.split,
-                              temperature=config.eval.temperature)
+    """``eval.samples`` episodes per evaluation task, same seeds every time, so only the model changes."""
+    rollout = _rollout_config(config, tasks, seed=derive_seed(config.seed, _EVAL), evaluation=True)
     return eval_summary(run_rollouts(_backend(policy, tokenizer, config), rollout, progress=display.episodes("eval")))
 
 
