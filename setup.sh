@@ -15,7 +15,7 @@ PYTHON="${PYTHON:-python3}"
 
 [ "${1:-}" = "--no-run" ] && exit 0
 
-mkdir -p runs
-for policy in oracle always_refund random; do
-    agentgym rollout agentgym/Refund-v0 --policy "$policy" --episodes 90 --split test --out "runs/refund_${policy}.jsonl"
-done
+# The main job: a short real training run on CPU with the bundled model — SFT on oracle
+# trajectories, then masked GRPO — ending with a before/after report (runs/cpu_demo/report.md).
+# GPU recipe: add --model Qwen/Qwen2.5-1.5B-Instruct --device cuda (docs/trainer.md).
+agentgym train agentgym/SQL-v0 --config trainers/configs/cpu_demo.yaml
