@@ -80,8 +80,11 @@ def time_ours(model: torch.nn.Module, episodes: list[Episode], args: argparse.Na
     return times, first_norm
 
 
-def time_trl(model: torch.nn.Module, tokenizer: Any, episodes: list[Episode], args: argparse.Namespace) -> tuple[list[float], float]:
-    """The same step through ``trl.GRPOTrainer``; returns step times and the first step's gradient norm."""
+def time_trl(model_dir: str, tokenizer: Any, episodes: list[Episode], args: argparse.Namespace) -> tuple[list[float], float]:
+    """The same step through ``trl.GRPOTrainer``; returns step times and the first step's gradient norm.
+
+    TRL gets the model as a folder: with a KL term it loads its reference model from there.
+    """
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -132,7 +135,7 @@ def time_trl(model: torch.nn.Module, tokenizer: Any, episodes: list[Episode], ar
         )
         timer = Timer()
         trainer = GRPOTrainer(
-            model=copy.deepcopy(model), reward_funcs=reward, args=config, processing_class=tokenizer,
+            model=model_dir, reward_funcs=reward, args=config, processing_class=tokenizer,
             train_dataset=Dataset.from_list([{"prompt": name} for name in groups] * (args.steps + 1) * args.group_size),
             rollout_func=rollout_func, callbacks=[timer],
         )
@@ -167,7 +170,10 @@ def main(argv: list[str] | None = None) -> int:
           f"({sum(sum(e.trajectory.loss_mask) for e in episodes)} loss tokens), rewards {[round(e.reward, 2) for e in episodes]}")
     print(f"trl {trl.__version__}, torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
 
-    trl_times, trl_norm = time_trl(model, tokenizer, episodes, args)
+    with tempfile.TemporaryDirectory() as model_dir:
+        model.save_pretrained(model_dir)  # a complete folder (the converted default model's config names no architecture)
+        tokenizer.save_pretrained(model_dir)
+        trl_times, trl_norm = time_trl(model_dir, tokenizer, episodes, args)
     ours_times, ours_norm = time_ours(model, episodes, args, share_prefix=True)
     plain_times, _ = time_ours(model, episodes, args, share_prefix=False)
     trl_s, ours_s, plain_s = (statistics.median(t) for t in (trl_times, ours_times, plain_times))

@@ -565,7 +565,10 @@ def _prepare_run_dir(run_dir: Path, config: TrainConfig, *, resume: bool | str |
         return checkpoint
     if run_dir.exists() and any((run_dir / name).exists() for name in _RUN_FILES):
         if not overwrite:
-            raise TrainerError(f"{run_dir} already holds a run; resume it, overwrite it, or choose another output folder")
+            raise TrainerError(
+                f"{run_dir} already holds a run; resume it, overwrite it, or choose another output folder "
+                "(agentgym train: --resume, --overwrite, --output)"
+            )
         for name in _RUN_FILES:
             target = run_dir / name
             if target.is_dir():

@@ -8,7 +8,7 @@ import json
 import gymnasium as gym
 import pytest
 import torch
-from conftest import TOY_ENV
+from letters_env import TOY_ENV
 
 from agentgym.models import ChatRenderer, check_rendering, load_model
 from agentgym.parsing import format_tool_call

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import TOY_ENV
+from letters_env import TOY_ENV
 from safetensors.torch import load_file
 
 from agentgym.trainers.checkpoint import checkpoints

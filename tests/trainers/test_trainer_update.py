@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 import torch
-from conftest import TOY_ENV
+from letters_env import TOY_ENV
 
 from agentgym.models import load_model
 from agentgym.models.hf import HFBackend
