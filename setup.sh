@@ -17,5 +17,6 @@ PYTHON="${PYTHON:-python3}"
 
 # The main job: a short real training run on CPU with the bundled model — SFT on oracle
 # trajectories, then masked GRPO — ending with a before/after report (runs/cpu_demo/report.md).
+# The run is deterministic, so running setup.sh again replaces it (--overwrite).
 # GPU recipe: add --model Qwen/Qwen2.5-1.5B-Instruct --device cuda (docs/trainer.md).
-agentgym train agentgym/SQL-v0 --config trainers/configs/cpu_demo.yaml
+agentgym train agentgym/SQL-v0 --config trainers/configs/cpu_demo.yaml --overwrite

@@ -10,7 +10,9 @@ reward function, so both trainers run the same optimisation step:
     per-sequence token-mean loss (TRL ``loss_type="grpo"``, ours ``seq-mean-token-mean``),
     PPO clip 0.2, K3 KL to a frozen reference copy with the same coefficient,
     AdamW at a constant learning rate with gradient clipping at 1.0,
-    one optimiser step per batch (so neither computes separate old logprobs).
+    one optimiser step per batch (so neither computes separate old logprobs), accumulated over
+    micro-batches of ``--micro-batch`` trajectories (memory: TRL's full-sequence pass over 8
+    SQL-v0 trajectories at once needs more than 23 GB on a CPU).
 
 Each side runs a warm-up step, then ``--steps`` timed steps (TRL's timed from its step-begin to
 its step-end callback). The script prints the median step times and their ratio; ours is also
@@ -64,7 +66,7 @@ def time_ours(model: torch.nn.Module, episodes: list[Episode], args: argparse.Na
     """Step times of :func:`grpo_update` and the first step's gradient norm (before clipping)."""
     model = copy.deepcopy(model)
     reference = Reference(model)
-    grpo = GRPOSection(loss_agg="seq-mean-token-mean", kl_coef=args.beta, clip_eps=0.2, micro_batch_size=len(episodes),
+    grpo = GRPOSection(loss_agg="seq-mean-token-mean", kl_coef=args.beta, clip_eps=0.2, micro_batch_size=args.micro_batch,
                        share_prefix=share_prefix)
     optimizer, scheduler = make_optimizer(model, OptimSection(lr=args.lr, max_grad_norm=1.0), total_steps=args.steps + 1)
     times, first_norm = [], float("nan")
@@ -126,8 +128,10 @@ def time_trl(model_dir: str, tokenizer: Any, episodes: list[Episode], args: argp
     with tempfile.TemporaryDirectory() as out_dir:
         config = GRPOConfig(
             output_dir=out_dir, use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1,
-            max_steps=args.steps + 1, per_device_train_batch_size=len(episodes), num_generations=args.group_size,
-            gradient_accumulation_steps=1, learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
+            max_steps=args.steps + 1, per_device_train_batch_size=args.micro_batch, num_generations=args.group_size,
+            # One generation batch = the whole batch; one optimiser step accumulates its micro-batches.
+            gradient_accumulation_steps=len(episodes) // args.micro_batch, steps_per_generation=len(episodes) // args.micro_batch,
+            learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
             weight_decay=0.0, max_grad_norm=1.0, beta=args.beta, epsilon=0.2, loss_type="grpo", scale_rewards="group",
             num_iterations=1, max_completion_length=longest, disable_dropout=True, seed=0, dataloader_num_workers=0,
             shuffle_dataset=False,  # every step sees each group once, as ours does
@@ -151,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", type=int, default=2, help="task groups in the batch")
     parser.add_argument("--group-size", type=int, default=4, help="episodes per task")
     parser.add_argument("--max-turns", type=int, default=2, help="turns per episode")
+    parser.add_argument("--micro-batch", type=int, default=4, help="trajectories per forward/backward pass (both trainers)")
     parser.add_argument("--steps", type=int, default=3, help="timed steps per trainer (after one warm-up step)")
     parser.add_argument("--beta", type=float, default=0.04, help="KL coefficient (both trainers)")
     parser.add_argument("--lr", type=float, default=1e-6, help="learning rate (both trainers)")
@@ -161,6 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("this benchmark needs TRL: pip install trl", file=sys.stderr)
         return 2
+    if (args.tasks * args.group_size) % args.micro_batch:
+        parser.error("--micro-batch must divide tasks x group size")
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model, device="cpu", dtype="float32")

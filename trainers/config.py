@@ -18,6 +18,7 @@ problem.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,9 @@ __all__ = [
 _STRICT_KEYS = ConfigDict(extra="forbid")
 
 Schedule = Literal["constant", "linear", "cosine"]
+
+# Device names the trainer accepts; whether the device exists is checked when the model loads.
+_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 
 
 class ConfigError(ValueError):
@@ -221,7 +225,9 @@ class LoRASection:
             adapters disabled, so no second copy is loaded.
         r: adapter rank.
         alpha: adapter scaling numerator (scale ``alpha / r``).
-        dropout: dropout on the adapter input.
+
+    There is no adapter dropout: the model stays in eval mode for the whole run, because the
+    ratio of new to old logprobs must be exactly 1 before the first update.
         target_modules: module names to adapt, or ``all-linear``.
     """
 
@@ -230,7 +236,6 @@ class LoRASection:
     enabled: bool = False
     r: int = 16
     alpha: int = 32
-    dropout: float = 0.0
     target_modules: tuple[str, ...] | Literal["all-linear"] = "all-linear"
 
 
@@ -315,13 +320,18 @@ def _value_problems(c: TrainConfig) -> list[str]:
             problems.append(message)
 
     need(bool(c.env_id.strip()), "env_id must not be empty")
+    need(_DEVICE.fullmatch(c.device) is not None, f"device must be auto, cpu, cuda or cuda:N, got {c.device!r}")
+    need(c.ref_device is None or _DEVICE.fullmatch(c.ref_device) is not None and c.ref_device != "auto",
+         f"ref_device must be cpu, cuda or cuda:N (or null for the policy's device), got {c.ref_device!r}")
+    need(c.ref_device is None or not c.lora.enabled,
+         "ref_device does not apply with LoRA: the reference is the policy with its adapters off (leave ref_device out)")
     need(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
     r = c.rollout
     need(r.num_tasks >= 1, f"rollout.num_tasks must be >= 1, got {r.num_tasks}")
     need(r.group_size >= 2, f"rollout.group_size must be >= 2 (GRPO compares samples of a task), got {r.group_size}")
     need(r.max_turns is None or r.max_turns >= 1, f"rollout.max_turns must be >= 1, got {r.max_turns}")
     need(r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}")
-    need(r.max_total_tokens is None or r.max_total_tokens >= 1, f"rollout.max_total_tokens must be >= 1, got {r.max_total_tokens}")
+    need(r.max_total_tokens is None or r.max_total_tokens >= 2, f"rollout.max_total_tokens must be >= 2, got {r.max_total_tokens}")
     need(r.temperature > 0, f"rollout.temperature must be > 0 for GRPO (greedy groups have no variance), got {r.temperature}")
     need(0 < r.top_p <= 1, f"rollout.top_p must be in (0, 1], got {r.top_p}")
     need(r.env_workers >= 1, f"rollout.env_workers must be >= 1, got {r.env_workers}")
@@ -366,11 +376,10 @@ def _value_problems(c: TrainConfig) -> list[str]:
     lo = c.lora
     need(lo.r >= 1, f"lora.r must be >= 1, got {lo.r}")
     need(lo.alpha >= 1, f"lora.alpha must be >= 1, got {lo.alpha}")
-    need(0 <= lo.dropout < 1, f"lora.dropout must be in [0, 1), got {lo.dropout}")
     need(lo.target_modules == "all-linear" or len(lo.target_modules) > 0, "lora.target_modules must name at least one module")
     need(c.checkpoint.every >= 0, f"checkpoint.every must be >= 0, got {c.checkpoint.every}")
     need(c.checkpoint.keep >= 1, f"checkpoint.keep must be >= 1, got {c.checkpoint.keep}")
-    need(g.steps > 0 or s.steps > 0, "nothing to do: grpo.steps and sft.steps are both 0")
+    need(g.steps > 0 or s.steps > 0, "nothing to do: grpo.steps and sft.steps are both 0 (set one, e.g. agentgym train/sft --steps N)")
     return problems
 
 

@@ -131,7 +131,7 @@ def add_lora(model: PreTrainedModel, lora: LoRASection) -> PreTrainedModel:
     except ImportError:
         raise TrainerError("lora.enabled needs the peft package: pip install peft") from None
     targets: str | list[str] = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
-    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=targets, task_type="CAUSAL_LM")
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
     return get_peft_model(model, config)
 
 

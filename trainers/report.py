@@ -42,6 +42,7 @@ def render_report(
     stopped_early: bool = False,
     eval_tasks: Sequence[str] = (),
     trained_on: Sequence[str] = (),
+    grpo_steps: Sequence[Mapping[str, float]] = (),
 ) -> str:
     """The report as markdown.
 
@@ -56,6 +57,8 @@ def render_report(
         stopped_early: whether early stopping ended the GRPO phase.
         eval_tasks: the evaluation task ids.
         trained_on: the task ids SFT or GRPO trained on (to say whether evaluation tasks were seen).
+        grpo_steps: the metrics of each GRPO step (``metrics.jsonl`` lines), summarised as the
+            training rollouts' success rate and reward at the start and the end of the phase.
     """
     columns = [(label, title) for label, title in _COLUMNS if label in evaluations]
     model = config.model or DEFAULT_MODEL
@@ -64,10 +67,11 @@ def render_report(
         "",
         f"- model: `{model}` on `{config.device}` ({config.dtype}), seed {config.seed}"
         + (f", LoRA r={config.lora.r}" if config.lora.enabled else ""),
-        f"- SFT: {config.sft.steps} steps on `{config.sft.source}` demonstrations, lr {config.sft.optim.lr:g}",
+        f"- SFT: {config.sft.steps} steps on `{config.sft.source}` demonstrations, lr {config.sft.optim.lr:g}"
+        if config.sft.steps else "- SFT: none",
         f"- GRPO: {config.grpo.steps} steps x {config.rollout.num_tasks} tasks x {config.rollout.group_size} samples, "
         f"lr {config.optim.lr:g}, kl_coef {config.grpo.kl_coef:g}, loss `{config.grpo.loss_agg}`"
-        + (" (stopped early)" if stopped_early else ""),
+        + (" (stopped early)" if stopped_early else "") if config.grpo.steps else "- GRPO: none",
         f"- evaluation: {len(eval_tasks)} task(s) of the `{config.eval.split}` split, {config.eval.samples} episode(s) each at temperature "
         f"{config.eval.temperature:g}" + (f" ({', '.join(eval_tasks[:8])}{', ...' if len(eval_tasks) > 8 else ''})" if eval_tasks else ""),
     ]
@@ -85,6 +89,8 @@ def render_report(
         change = values[-1] - values[0] if len(values) > 1 and None not in (values[0], values[-1]) else None
         signed = "–" if change is None or math.isnan(change) else f"{change:+.3f}"
         lines.append(f"| {title} | " + " | ".join(_cell(v) for v in values) + f" | {signed} |")
+    if grpo_steps:
+        lines += ["", _training_rollouts(grpo_steps, config)]
     periodic = [label for label in evaluations if label.startswith("grpo step")]
     if periodic:
         lines += ["", "Periodic evaluations: " + ", ".join(
@@ -95,11 +101,31 @@ def render_report(
         lines += ["", "## Warnings", "", *(f"- {w}" for w in warnings)]
     if notes:
         lines += ["", "## Notes", "", *(f"- {n}" for n in notes)]
-    lines += ["", "## Files", "", "- `config.yaml`, `metrics.jsonl` (one line per step), `tensorboard/`, `checkpoints/`",
+    tensorboard = "`tensorboard/`, " if config.logging.tensorboard and not any("TensorBoard" in n for n in notes) else ""
+    lines += ["", "## Files", "", f"- `config.yaml`, `metrics.jsonl` (one line per step), {tensorboard}`checkpoints/`",
               "- `model/`: the trained model (`--model` accepts this folder)" + (", `sft_model/`: the model after SFT" if "sft" in evaluations else "")]
     if plots:
         lines += [f"- plots: {', '.join(f'`plots/{p.name}`' for p in plots)}"]
     return "\n".join(lines) + "\n"
+
+
+def _training_rollouts(steps: Sequence[Mapping[str, float]], config: TrainConfig) -> str:
+    """One sentence on the GRPO rollouts: the first and last steps (a fifth of the phase each, at
+    least one step), since single steps of a few groups are noisy."""
+    window = max(1, len(steps) // 5)
+    first, last = steps[:window], steps[-window:]
+
+    def mean(rows: Sequence[Mapping[str, float]], key: str) -> float:
+        return sum(row[key] for row in rows) / len(rows)
+
+    span = "step 1" if window == 1 else f"steps 1-{window}"
+    end = f"step {len(steps)}" if window == 1 else f"steps {len(steps) - window + 1}-{len(steps)}"
+    return (
+        f"GRPO training rollouts (temperature {config.rollout.temperature:g}, {config.rollout.num_tasks * config.rollout.group_size} "
+        f"episodes a step): success rate {mean(first, 'episode/success_rate'):.3f} ({span}) -> "
+        f"{mean(last, 'episode/success_rate'):.3f} ({end}), mean reward {mean(first, 'reward/mean'):.3f} -> "
+        f"{mean(last, 'reward/mean'):.3f}."
+    )
 
 
 def write_report(path: str | Path, config: TrainConfig, evaluations: Mapping[str, Mapping[str, float]], **kwargs: Any) -> str:

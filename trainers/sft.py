@@ -33,6 +33,7 @@ from agentgym.trainers.modeling import TensorBatch, TrainerError, clip_and_step,
 __all__ = [
     "assistant_text",
     "demonstration_records",
+    "demonstration_trajectories",
     "masked_nll",
     "record_to_trajectory",
     "sft_batch_indices",
@@ -120,10 +121,7 @@ def demonstration_records(
         finally:
             env.close()
     else:
-        path = Path(sft.source)
-        if not path.is_file():
-            raise TrainerError(f"sft.source {sft.source!r} is neither 'oracle' nor an existing JSONL file")
-        records = [r for r in read_jsonl(path) if r.get("env_id") == env_id and r.get("task_id") in wanted]
+        records = [r for r in _file_records(sft.source) if r.get("env_id") == env_id and r.get("task_id") in wanted]
     kept = [r for r in records if r.get("success")]
     if not kept:
         raise TrainerError(
@@ -131,6 +129,41 @@ def demonstration_records(
             f"on {len(task_ids)} task(s)"
         )
     return kept
+
+
+def _file_records(source: str) -> list[dict[str, Any]]:
+    """The episode records of a JSONL file, each checked to hold a conversation."""
+    path = Path(source)
+    if not path.is_file():
+        raise TrainerError(f"sft.source {source!r} is neither 'oracle' nor an existing JSONL file")
+    try:
+        rows = read_jsonl(path)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise TrainerError(f"cannot read sft.source: {exc}") from None
+    for number, row in enumerate(rows, 1):
+        messages = row.get("messages") if isinstance(row, dict) else None
+        if not isinstance(messages, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
+            raise TrainerError(
+                f"sft.source {path}, record {number}: not an episode record (it needs a 'messages' list of chat "
+                "messages, as agentgym rollout writes)"
+            )
+    return rows
+
+
+def demonstration_trajectories(records: Sequence[Mapping[str, Any]], renderer: ChatRenderer) -> list[Trajectory]:
+    """Every record rendered with :func:`record_to_trajectory`.
+
+    Raises:
+        TrainerError: naming the task of a record that cannot be rendered (no assistant turn,
+            a tool call without a name or with arguments that are not a JSON object).
+    """
+    trajectories = []
+    for record in records:
+        try:
+            trajectories.append(record_to_trajectory(record, renderer))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise TrainerError(f"cannot use the demonstration of task {record.get('task_id')!r}: {type(exc).__name__}: {exc}") from None
+    return trajectories
 
 
 def sft_batch_indices(num_demos: int, batch_size: int, seed: int, step: int) -> list[int]:

@@ -14,7 +14,8 @@ Read :func:`train` top to bottom; it is the whole algorithm::
     evaluate again, save the model, plot the metrics, write the report
 
 Old logprobs: by default they are *recomputed* with the current policy before the update, with
-the same forward pass the loss uses, so the ratio starts at exactly 1. The sampler's own logprobs
+the same forward pass over the same micro-batches as the first update's loss, so the ratio starts
+at exactly 1. The sampler's own logprobs
 (``grpo.old_logprobs: sampling``) come from a differently batched, left-padded, KV-cached pass
 whose float rounding differs; with top-p they are of a renormalised distribution. When a batch
 gets a single optimiser step (one epoch, one mini-batch) the policy has not moved when the loss
@@ -29,6 +30,7 @@ from __future__ import annotations
 import copy
 import math
 import shutil
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
@@ -40,10 +42,19 @@ import numpy as np
 import torch
 
 from agentgym.models import DEFAULT_MODEL, ChatRenderer, collate
+from agentgym.models.loading import resolve_device
 from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
-from agentgym.trainers.diagnostics import MetricsLogger, ProgressDisplay, WarningMonitor, eval_summary, plot_metrics, rollout_metrics
+from agentgym.trainers.diagnostics import (
+    MetricsLogger,
+    ProgressDisplay,
+    WarningMonitor,
+    eval_summary,
+    plot_metrics,
+    read_metrics,
+    rollout_metrics,
+)
 from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, loss_normalizer, masked_grpo_loss
 from agentgym.trainers.modeling import (
     Reference,
@@ -58,7 +69,7 @@ from agentgym.trainers.modeling import (
     token_logprobs,
 )
 from agentgym.trainers.report import write_report
-from agentgym.trainers.sft import demonstration_records, record_to_trajectory, sft_batch_indices, sft_update
+from agentgym.trainers.sft import demonstration_records, demonstration_trajectories, sft_batch_indices, sft_update
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -128,8 +139,8 @@ def train(
     Args:
         config: the run.
         resume: ``True`` continues from the newest checkpoint in the output folder, a path from
-            that checkpoint; the configuration must equal the saved one, except ``grpo.steps``,
-            ``sft.steps`` (to extend a run) and ``logging``.
+            that checkpoint; the configuration must equal the saved one, except ``grpo.steps`` (to
+            extend a run), ``logging``, ``checkpoint`` and ``output_dir``.
         overwrite: delete an earlier run in the output folder instead of refusing to start.
         console: where progress, evaluations and warnings are shown (default: stderr).
 
@@ -146,6 +157,11 @@ def train(
     train_ids, tools, max_turns = _env_facts(config, config.rollout.split)
     train_pool = _checked_tasks(config, config.rollout.split, train_ids, config.rollout.task_ids)
     eval_tasks = _eval_tasks(config)
+    if config.ref_device is not None:
+        resolve_device(config.ref_device)  # a device this machine lacks fails now, not after SFT
+    # Demonstrations are made and checked before the run folder is touched, so a bad sft.source
+    # fails at once (and --overwrite deletes nothing); a resumed run makes them only if still in SFT.
+    records = _demonstrations(config, train_ids, train_pool) if config.sft.steps and not resume else None
     checkpoint = _prepare_run_dir(run_dir, config, resume=resume, overwrite=overwrite)
     state = RunState(**load_checkpoint_state(checkpoint)) if checkpoint else RunState(phase="sft" if config.sft.steps else "grpo")
     dump_config(config, run_dir / "config.yaml")
@@ -154,6 +170,9 @@ def train(
     base_model = str(sft_dir) if state.phase != "sft" and sft_dir.is_dir() else config.model
     policy, tokenizer = _load(config, base_model)
     pad_id = _pad_id(tokenizer)
+    if state.phase == "sft":
+        records = records if records is not None else _demonstrations(config, train_ids, train_pool)
+        demos = demonstration_trajectories(records, ChatRenderer(tokenizer, tools=tools))
     # Dr. GRPO's constant: the most tokens a trajectory can sample.
     budget = config.rollout.max_new_tokens * max_turns
     if config.rollout.max_total_tokens is not None:
@@ -190,11 +209,6 @@ def train(
         # ---- 2. SFT warm start on demonstrations
         if state.phase == "sft":
             sft = config.sft
-            demo_tasks = _sft_tasks(config, train_ids, train_pool)
-            records = demonstration_records(config.env_id, sft, demo_tasks, split=config.rollout.split, seed=seed,
-                                            max_turns=config.rollout.max_turns, env_kwargs=config.rollout.env_kwargs)
-            renderer = ChatRenderer(tokenizer, tools=tools)
-            demos = [record_to_trajectory(r, renderer) for r in records]
             optimizer, scheduler = make_optimizer(policy, sft.optim, sft.steps)
             if checkpoint is not None:
                 restore_checkpoint(checkpoint, model=policy, optimizer=optimizer, scheduler=scheduler)
@@ -233,6 +247,7 @@ def train(
                 update = grpo_update(policy, reference, optimizer, scheduler, episodes, g, group_size=config.rollout.group_size,
                                      temperature=config.rollout.temperature, pad_token_id=pad_id, max_len=budget,
                                      max_grad_norm=config.optim.max_grad_norm, shuffle_seed=derive_seed(seed, _SHUFFLE, state.step))
+                _advance_schedule(scheduler, updates_per_step - int(update["optim/updates"]))
                 state.step += 1
                 metrics = {**rollout_metrics(episodes), **update}
                 logger.log("grpo", _global_step(config, state), state.step, metrics)
@@ -256,10 +271,11 @@ def train(
     plots, note = plot_metrics(run_dir / "metrics.jsonl", run_dir / "plots") if config.logging.plots else ([], None)
     if note:
         notes.append(note)
-    trained_on = [*train_pool, *(_sft_tasks(config, train_ids, train_pool) if config.sft.steps else [])]
+    trained_on = [*(train_pool if config.grpo.steps else []), *(_sft_tasks(config, train_ids, train_pool) if config.sft.steps else [])]
+    grpo_steps = [row for row in read_metrics(run_dir / "metrics.jsonl") if row["phase"] == "grpo"]
     report = write_report(run_dir / "report.md", config, state.evaluations, warnings=state.warnings, notes=notes,
                           plots=plots, best=state.best, stopped_early=state.stopped_early,
-                          eval_tasks=eval_tasks, trained_on=trained_on)
+                          eval_tasks=eval_tasks, trained_on=trained_on, grpo_steps=grpo_steps)
     return TrainResult(output_dir=run_dir, evaluations=dict(state.evaluations), report=report, state=state)
 
 
@@ -312,14 +328,17 @@ def grpo_update(
     plan = _minibatches(len(kept), group_size, g, shuffle_seed)
     micro = g.micro_batch_size
     forward = {"temperature": temperature, "share_prefix": g.share_prefix}
-    ref_logprobs = None if reference is None else _chunked(lambda b: reference.logprobs(b, **forward), batch, micro)
+    # Reference and old logprobs are computed over the first epoch's micro-batches, the very
+    # batches (same rows, same padded width) the first update's loss sees, so its ratio is exactly 1.
+    first_micro = [rows[start : start + micro] for rows in plan[0] for start in range(0, len(rows), micro)]
+    ref_logprobs = None if reference is None else _stitched(lambda b: reference.logprobs(b, **forward), batch, first_micro)
     if g.old_logprobs == "sampling":
         old_logprobs: torch.Tensor | None = batch.logprobs
     elif sum(len(epoch) for epoch in plan) == 1:
         old_logprobs = None  # a single update: the loss's own logprobs, detached, are the old ones
     else:
         with torch.no_grad():
-            old_logprobs = _chunked(lambda b: token_logprobs(policy, b, **forward)[0], batch, micro)
+            old_logprobs = _stitched(lambda b: token_logprobs(policy, b, **forward)[0], batch, first_micro)
 
     sums: dict[str, float] = {}
     weights: dict[str, float] = {}
@@ -375,11 +394,20 @@ def _minibatches(num_rows: int, group_size: int, g: GRPOSection, seed: int) -> l
     return plan
 
 
-def _chunked(fn: Any, batch: TensorBatch, size: int) -> torch.Tensor:
-    """``fn`` over micro-batches of ``batch``, stitched back to ``[B, L]``."""
+def _advance_schedule(scheduler: torch.optim.lr_scheduler.LRScheduler, skipped: int) -> None:
+    """Updates dropped with degenerate groups keep their place in the learning-rate schedule, so
+    the schedule stays aligned with GRPO steps and ends where it was planned to."""
+    with warnings.catch_warnings():
+        # torch warns when the schedule moves before the first optimiser step; here that is intended.
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(skipped):
+            scheduler.step()
+
+
+def _stitched(fn: Any, batch: TensorBatch, micro_batches: Sequence[torch.Tensor]) -> torch.Tensor:
+    """``fn`` over the rows of each micro-batch of ``batch``, stitched back to ``[B, L]``."""
     out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
-    for start in range(0, len(batch), size):
-        index = torch.arange(start, min(start + size, len(batch)))
+    for index in micro_batches:
         part = fn(batch.rows(index))
         out[index, : part.shape[1]] = part
     return out
@@ -502,7 +530,7 @@ def _make_env(config: TrainConfig, split: str) -> gym.Env:
     extra = {} if config.rollout.max_turns is None else {"max_turns": config.rollout.max_turns}
     try:
         return gym.make(config.env_id, split=split, **config.rollout.env_kwargs, **extra)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise TrainerError(f"cannot make {config.env_id}: {exc}") from None
 
 
@@ -523,6 +551,13 @@ def _checked_tasks(config: TrainConfig, split: str, available: Sequence[str], ta
     if unknown:
         raise TrainerError(f"unknown task ids for {config.env_id} ({split}): {', '.join(unknown[:5])}")
     return list(task_ids)
+
+
+def _demonstrations(config: TrainConfig, available: Sequence[str], train_pool: Sequence[str]) -> list[dict[str, Any]]:
+    """The SFT demonstration records (see :func:`agentgym.trainers.sft.demonstration_records`)."""
+    r = config.rollout
+    return demonstration_records(config.env_id, config.sft, _sft_tasks(config, available, train_pool), split=r.split,
+                                 seed=config.seed, max_turns=r.max_turns, env_kwargs=r.env_kwargs)
 
 
 def _eval_tasks(config: TrainConfig) -> list[str]:

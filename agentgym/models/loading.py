@@ -153,11 +153,20 @@ def resolve_model_path(name_or_path: str | None) -> str:
     return name_or_path
 
 
-def _resolve_device(device: str) -> str:
+def resolve_device(device: str) -> str:
+    """``auto`` made concrete; an unknown device or a GPU this machine lacks is a clear error."""
     import torch
 
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ModelLoadError(f"unknown device {device!r}; use 'auto', 'cpu', 'cuda' or 'cuda:N'") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} was requested but CUDA is not available here; use 'cpu' or 'auto'")
+    if parsed.type == "cuda" and parsed.index is not None and parsed.index >= torch.cuda.device_count():
+        raise ModelLoadError(f"device {device!r} does not exist: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 
@@ -229,6 +238,6 @@ def load_model(
         device: ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``, ...
         dtype: ``"auto"`` (bfloat16 on CUDA, float32 on CPU), a dtype name, or a ``torch.dtype``.
     """
-    resolved_device = _resolve_device(device)
+    resolved_device = resolve_device(device)
     source = resolve_model_path(name_or_path)
     return _load_pretrained(source, torch_dtype=_resolve_dtype(dtype, resolved_device), device=resolved_device)

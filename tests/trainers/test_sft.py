@@ -15,7 +15,14 @@ from agentgym.parsing import format_tool_call
 from agentgym.rollout import make_policy, run_episode
 from agentgym.trainers.config import OptimSection, SFTSection
 from agentgym.trainers.modeling import TrainerError, make_optimizer
-from agentgym.trainers.sft import assistant_text, demonstration_records, record_to_trajectory, sft_batch_indices, sft_update
+from agentgym.trainers.sft import (
+    assistant_text,
+    demonstration_records,
+    demonstration_trajectories,
+    record_to_trajectory,
+    sft_batch_indices,
+    sft_update,
+)
 
 
 @pytest.fixture(scope="module")
@@ -77,6 +84,33 @@ def test_recorded_demonstrations_keep_only_successes_of_the_env_and_tasks(tmp_pa
         demonstration_records(TOY_ENV, SFTSection(source=str(path)), ["letters-2"], split="train", seed=0)
     with pytest.raises(TrainerError, match="neither 'oracle' nor an existing JSONL file"):
         demonstration_records(TOY_ENV, SFTSection(source=str(tmp_path / "absent.jsonl")), ["letters-1"], split="train", seed=0)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"env_id": "x"\n', r"episodes\.jsonl:1: not valid JSON"),
+        ('[1, 2]\n', r"record 1: not an episode record"),
+        ('{"env_id": "x", "messages": [{"content": "no role"}]}\n', r"record 1: not an episode record"),
+    ],
+)
+def test_unreadable_demonstration_files_are_clear_errors(tmp_path, content, message) -> None:
+    path = tmp_path / "episodes.jsonl"
+    path.write_text(content)
+    with pytest.raises(TrainerError, match=message):
+        demonstration_records(TOY_ENV, SFTSection(source=str(path)), ["letters-1"], split="train", seed=0)
+
+
+def test_a_demonstration_that_cannot_be_rendered_names_its_task(tiny) -> None:
+    renderer = renderer_for(TOY_ENV, tiny[1])
+    record = {"task_id": "letters-1", "messages": [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "spell", "arguments": "{not json"}}]},
+    ]}
+    with pytest.raises(TrainerError, match="demonstration of task 'letters-1'"):
+        demonstration_trajectories([record], renderer)
+    with pytest.raises(TrainerError, match="no assistant turn"):
+        demonstration_trajectories([{"task_id": "t", "messages": [{"role": "user", "content": "hi"}]}], renderer)
 
 
 def test_batches_visit_every_demonstration_once_per_epoch_reproducibly() -> None:

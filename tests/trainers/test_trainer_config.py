@@ -28,7 +28,7 @@ def test_yaml_round_trip_of_a_config_with_every_section(tmp_path) -> None:
         "optim": {"betas": [0.9, 0.95], "schedule": "cosine", "max_grad_norm": None},
         "sft": {"steps": 5, "optim": {"lr": 3e-5}},
         "eval": {"every": 2, "patience": 3, "metric": "reward_mean"},
-        "lora": {"enabled": True, "target_modules": ["q_proj", "v_proj"]},
+        "lora": {"r": 8, "target_modules": ["q_proj", "v_proj"]},  # (with LoRA there is no ref_device)
     })
     path = tmp_path / "config.yaml"
     dump_config(config, path)
@@ -67,9 +67,14 @@ def test_bundled_configs_load() -> None:
         ({"rollout.temperature": 0}, r"rollout\.temperature must be > 0"),
         ({"grpo.old_logprobs": "sampling", "rollout.top_p": 0.9}, r"old_logprobs='sampling' needs rollout\.top_p=1"),
         ({"eval.patience": 2}, r"eval\.patience needs eval\.every >= 1"),
-        ({"grpo.steps": 0}, r"nothing to do"),
+        ({"grpo.steps": 0}, r"nothing to do: .* --steps N"),
         ({"rollout": 3}, r"rollout: Input should be a dictionary"),
         ({"env_id": None}, r"env_id: Input should be a valid string"),
+        ({"device": "gpu"}, r"device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
+        ({"ref_device": "cuda:x"}, r"ref_device must be cpu, cuda or cuda:N"),
+        ({"ref_device": "cpu", "lora.enabled": True}, r"ref_device does not apply with LoRA"),
+        ({"rollout.max_total_tokens": 1}, r"rollout\.max_total_tokens must be >= 2"),
+        ({"lora.dropout": 0.1}, r"lora\.dropout: unknown option"),
     ],
 )
 def test_bad_options_raise_one_clear_error(overrides, message) -> None:

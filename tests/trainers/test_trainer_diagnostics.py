@@ -118,3 +118,16 @@ def test_plots_are_png_files(tmp_path) -> None:
     assert note is None
     assert {p.name for p in paths} >= {"grpo_reward.png", "grpo_components.png", "grpo_policy.png", "sft.png", "eval.png"}
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in paths)
+
+
+def test_report_summarises_training_rollouts_over_the_first_and_last_fifth() -> None:
+    from agentgym.trainers.config import load_config
+    from agentgym.trainers.report import render_report
+
+    config = load_config(overrides={"env_id": "agentgym/SQL-v0", "rollout.num_tasks": 2, "rollout.group_size": 4})
+    steps = [{"episode/success_rate": s, "reward/mean": s / 2} for s in (0.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0, 0.5)]
+    evaluations = {"base": {"episode/success_rate": 0.0, "reward/mean": 0.0}, "final": {"episode/success_rate": 1.0, "reward/mean": 1.0}}
+    report = render_report(config, evaluations, grpo_steps=steps)
+    assert ("GRPO training rollouts (temperature 1, 8 episodes a step): success rate 0.250 (steps 1-2) -> "
+            "0.750 (steps 9-10), mean reward 0.125 -> 0.375.") in report
+    assert "GRPO training rollouts" not in render_report(config, evaluations)

@@ -84,6 +84,7 @@ def test_periodic_evaluation_stops_early_without_improvement(tiny_model_dir, tmp
     assert result.state.best == {"label": "grpo step 1", "value": 0.0}
     assert set(result.evaluations) == {"base", "grpo step 1", "grpo step 2", "final"}
     assert "(stopped early)" in result.report and "Best periodic evaluation: grpo step 1" in result.report
+    assert "success rate 0.000 (step 1) -> 0.000 (step 2)" in result.report
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["phase"] == "grpo"] == [1, 2]
 
 
@@ -113,13 +114,22 @@ def test_commands_print_the_report_or_json_and_reject_bad_input(tiny_model_dir, 
     code, out, _ = run_cli(["train", TOY_ENV, "--steps", "1", "--output", str(tmp_path / "grpo"), "--json", *common], capsys)
     assert code == 0 and set(json.loads(out)["evaluations"]) == {"base", "final"}
 
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"not": "a record"}\n')
     for argv, message in [
         (["train", TOY_ENV, "--set", "grpo.bogus=1"], "grpo.bogus: unknown option"),
         (["train", "agentgym/Nope-v0", "--output", str(tmp_path / "nope")], "unknown environment"),
         (["train", TOY_ENV, "--output", str(tmp_path / "grpo"), "--model", str(tiny_model_dir)], "already holds a run"),
         (["train", TOY_ENV, "--output", str(tmp_path / "fresh"), "--resume"], "no checkpoint"),
         (["train", TOY_ENV, "--config", str(tmp_path / "absent.yaml")], "cannot read config file"),
+        (["train", TOY_ENV, "--output", str(tmp_path / "split"), "--set", "rollout.split=nope"], "cannot make"),
+        (["train", TOY_ENV, "--output", str(tmp_path / "dev"), "--set", "ref_device=cuda:7"], "device 'cuda:7'"),
+        (["sft", TOY_ENV, "--output", str(tmp_path / "nosteps")], "--steps N"),
+        # A bad demonstration file fails before the earlier run is touched, even with --overwrite.
+        (["sft", TOY_ENV, "--steps", "1", "--output", str(tmp_path / "grpo"), "--overwrite", "--source", str(bad)],
+         "not an episode record"),
     ]:
         code, out, err = run_cli(argv, capsys)
         assert code == 2 and out == ""
         assert err.startswith("agentgym: error: ") and message in err and "Traceback" not in err
+    assert (tmp_path / "grpo" / "report.md").is_file()

@@ -80,6 +80,17 @@ def test_single_update_reuses_its_own_logprobs_as_old(policy, episodes) -> None:
     assert metrics["policy/entropy"] > 0 and metrics["optim/grad_norm"] > 0
 
 
+def test_recomputed_old_and_reference_logprobs_line_up_with_the_loss_exactly(policy, episodes) -> None:
+    """Several updates per batch (old logprobs recomputed) over shuffled mini-batches cut into
+    micro-batches: with a policy that does not move (lr 0), every ratio is exactly 1 and the KL
+    to an identical reference exactly 0."""
+    grpo = GRPOSection(mini_batch_size=GROUP, micro_batch_size=2, kl_coef=0.1)
+    metrics, deltas = run_update(policy, episodes, grpo, lr=0.0)
+    assert metrics["optim/updates"] == 2 and all(not d.any() for d in deltas)
+    assert metrics["policy/ratio_mean"] == 1.0 and metrics["policy/clip_frac"] == 0.0
+    assert metrics["policy/kl"] == 0.0
+
+
 def test_sampling_logprobs_match_recomputed_ones(policy, episodes) -> None:
     """The sampler's logprobs and the trainer's sit on the same tokens: their ratio is 1 up to rounding."""
     metrics, _ = run_update(policy, episodes, GRPOSection(old_logprobs="sampling", micro_batch_size=2))
