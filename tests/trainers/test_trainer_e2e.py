@@ -133,3 +133,26 @@ def test_commands_print_the_report_or_json_and_reject_bad_input(tiny_model_dir, 
         assert code == 2 and out == ""
         assert err.startswith("agentgym: error: ") and message in err and "Traceback" not in err
     assert (tmp_path / "grpo" / "report.md").is_file()
+
+
+def test_filtered_updates_keep_their_place_in_the_learning_rate_schedule(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """With filter_degenerate, updates of groups whose rewards are all equal are dropped; the
+    schedule must still stand at steps x planned updates per step when the phase ends."""
+    import torch
+    from letters_env import LettersEnv
+
+    from agentgym.verifiers.result import RewardResult
+
+    # Every episode of a task gets the same reward: every group is degenerate, every update dropped.
+    monkeypatch.setattr(LettersEnv, "compute_reward", lambda self: RewardResult(len(self.task["word"]) / 10, "constant", {}, False))
+    config = load_config(overrides={
+        "env_id": TOY_ENV, "model": str(tiny_model_dir), "device": "cpu", "output_dir": str(tmp_path / "run"),
+        "rollout.num_tasks": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 2,
+        "grpo.steps": 2, "grpo.mini_batch_size": 2, "grpo.filter_degenerate": True,
+        "optim.schedule": "linear", "eval.num_tasks": 1, **QUIET,
+    })
+    train(config)
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["phase"] == "grpo"]
+    assert [r["optim/updates"] for r in rows] == [0.0, 0.0] and all(r["groups/degenerate"] == 2 for r in rows)
+    saved = torch.load(latest_checkpoint(tmp_path / "run") / "optimizer.pt", weights_only=False)
+    assert saved["scheduler"]["last_epoch"] == 2 * 2  # 2 steps x (4 trajectories / mini-batches of 2)
