@@ -124,7 +124,7 @@ def add_lora(model: PreTrainedModel, lora: LoRASection) -> PreTrainedModel:
     """Wrap ``model`` with fresh LoRA adapters (only they are trainable).
 
     Raises:
-        TrainerError: when ``peft`` is not installed.
+        TrainerError: when ``peft`` is not installed or the target modules do not fit the model.
     """
     try:
         from peft import LoraConfig, get_peft_model
@@ -132,7 +132,10 @@ def add_lora(model: PreTrainedModel, lora: LoRASection) -> PreTrainedModel:
         raise TrainerError("lora.enabled needs the peft package: pip install peft") from None
     targets: str | list[str] = lora.target_modules if isinstance(lora.target_modules, str) else list(lora.target_modules)
     config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=0.0, target_modules=targets, task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    try:
+        return get_peft_model(model, config)
+    except ValueError as exc:  # e.g. a target module name the model does not have
+        raise TrainerError(f"lora.target_modules {lora.target_modules!r}: {str(exc).splitlines()[0]}") from None
 
 
 def is_lora(model: torch.nn.Module) -> bool:

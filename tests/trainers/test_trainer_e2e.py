@@ -88,6 +88,14 @@ def test_periodic_evaluation_stops_early_without_improvement(tiny_model_dir, tmp
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["phase"] == "grpo"] == [1, 2]
 
 
+def test_lora_on_modules_the_model_lacks_is_a_clear_error(tiny_model_dir) -> None:
+    pytest.importorskip("peft")
+    model, _ = load_model(str(tiny_model_dir), device="cpu")
+    config = load_config(overrides={"env_id": TOY_ENV, "lora.enabled": True, "lora.target_modules": ["no_such_proj"]})
+    with pytest.raises(TrainerError, match="lora.target_modules"):
+        add_lora(model, config.lora)
+
+
 def test_lora_without_peft_is_a_clear_error(tiny_model_dir, monkeypatch) -> None:
     model, _ = load_model(str(tiny_model_dir), device="cpu")
     monkeypatch.setitem(sys.modules, "peft", None)
