@@ -153,26 +153,26 @@ def train(
     console = console or Console(stderr=True)
     run_dir = Path(config.output_dir)
     seed = config.seed
-    # ---- the tasks (checked before anything is written), the run folder, the policy
+    # ---- everything bad input can break happens before the run folder is touched (so a failed
+    #      start leaves no half-made run and --overwrite deletes nothing): the tasks, the
+    #      checkpoint to resume, the policy, the demonstrations
     train_ids, tools, max_turns = _env_facts(config, config.rollout.split)
     train_pool = _checked_tasks(config, config.rollout.split, train_ids, config.rollout.task_ids)
     eval_tasks = _eval_tasks(config)
     if config.ref_device is not None:
         resolve_device(config.ref_device)  # a device this machine lacks fails now, not after SFT
-    # Demonstrations are made and checked before the run folder is touched, so a bad sft.source
-    # fails at once (and --overwrite deletes nothing); a resumed run makes them only if still in SFT.
-    records = _demonstrations(config, train_ids, train_pool) if config.sft.steps and not resume else None
-    checkpoint = _prepare_run_dir(run_dir, config, resume=resume, overwrite=overwrite)
+    checkpoint = _checkpoint_to_resume(run_dir, config, resume=resume, overwrite=overwrite)
     state = RunState(**load_checkpoint_state(checkpoint)) if checkpoint else RunState(phase="sft" if config.sft.steps else "grpo")
-    dump_config(config, run_dir / "config.yaml")
     # After SFT, the SFT result is the base (resuming GRPO loads it, then the checkpoint's weights).
     sft_dir = run_dir / "sft_model"
-    base_model = str(sft_dir) if state.phase != "sft" and sft_dir.is_dir() else config.model
+    base_model = str(sft_dir) if checkpoint and state.phase != "sft" and sft_dir.is_dir() else config.model
+    records = _demonstrations(config, train_ids, train_pool) if state.phase == "sft" else []
     policy, tokenizer = _load(config, base_model)
     pad_id = _pad_id(tokenizer)
-    if state.phase == "sft":
-        records = records if records is not None else _demonstrations(config, train_ids, train_pool)
-        demos = demonstration_trajectories(records, ChatRenderer(tokenizer, tools=tools))
+    demos = demonstration_trajectories(records, ChatRenderer(tokenizer, tools=tools))
+    if checkpoint is None:
+        _new_run_dir(run_dir)
+    dump_config(config, run_dir / "config.yaml")
     # Dr. GRPO's constant: the most tokens a trajectory can sample.
     budget = config.rollout.max_new_tokens * max_turns
     if config.rollout.max_total_tokens is not None:
@@ -585,8 +585,8 @@ _RESUMABLE_CHANGES = ("grpo.steps", "logging.", "checkpoint.", "output_dir")
 _RUN_FILES = ("config.yaml", "metrics.jsonl", "report.md", "checkpoints", "tensorboard", "plots", "model", "sft_model")
 
 
-def _prepare_run_dir(run_dir: Path, config: TrainConfig, *, resume: bool | str | Path, overwrite: bool) -> Path | None:
-    """Check the folder against the request; return the checkpoint to resume from, if any."""
+def _checkpoint_to_resume(run_dir: Path, config: TrainConfig, *, resume: bool | str | Path, overwrite: bool) -> Path | None:
+    """Check the folder against the request (reading only); return the checkpoint to resume from, if any."""
     if resume:
         checkpoint = latest_checkpoint(run_dir) if resume is True else Path(resume)
         if checkpoint is None or not (checkpoint / "state.json").is_file():
@@ -598,20 +598,23 @@ def _prepare_run_dir(run_dir: Path, config: TrainConfig, *, resume: bool | str |
             if changed:
                 raise TrainerError(f"cannot resume with a different configuration; changed: {', '.join(changed)}")
         return checkpoint
-    if run_dir.exists() and any((run_dir / name).exists() for name in _RUN_FILES):
-        if not overwrite:
-            raise TrainerError(
-                f"{run_dir} already holds a run; resume it, overwrite it, or choose another output folder "
-                "(agentgym train: --resume, --overwrite, --output)"
-            )
-        for name in _RUN_FILES:
-            target = run_dir / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            elif target.exists():
-                target.unlink()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    if run_dir.exists() and any((run_dir / name).exists() for name in _RUN_FILES) and not overwrite:
+        raise TrainerError(
+            f"{run_dir} already holds a run; resume it, overwrite it, or choose another output folder "
+            "(agentgym train: --resume, --overwrite, --output)"
+        )
     return None
+
+
+def _new_run_dir(run_dir: Path) -> None:
+    """The run folder, emptied of an earlier run's files (the caller checked that overwriting is wanted)."""
+    for name in _RUN_FILES:
+        target = run_dir / name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+    run_dir.mkdir(parents=True, exist_ok=True)
 
 
 def _flat(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:

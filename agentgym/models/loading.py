@@ -142,6 +142,9 @@ def resolve_model_path(name_or_path: str | None) -> str:
 
     ``None`` or :data:`DEFAULT_MODEL` gives the converted default model; a path to a ``.gguf`` file gives
     its converted checkpoint; anything else (a local directory or a hub id) is returned unchanged.
+
+    Raises:
+        ModelLoadError: for a ``.gguf`` file or a path (``/``, ``./``, ``../``, ``~``) that does not exist.
     """
     if name_or_path is None or name_or_path == DEFAULT_MODEL:
         return str(convert_gguf(default_gguf_path()))
@@ -150,6 +153,8 @@ def resolve_model_path(name_or_path: str | None) -> str:
         if not path.is_file():
             raise ModelLoadError(f"GGUF file not found: {path}")
         return str(convert_gguf(path))
+    if name_or_path.startswith(("/", "./", "../", "~")) and not path.exists():
+        raise ModelLoadError(f"model folder not found: {path}")  # a path, not a hub id
     return name_or_path
 
 

@@ -133,6 +133,7 @@ def test_commands_print_the_report_or_json_and_reject_bad_input(tiny_model_dir, 
         (["train", TOY_ENV, "--output", str(tmp_path / "split"), "--set", "rollout.split=nope"], "cannot make"),
         (["train", TOY_ENV, "--output", str(tmp_path / "dev"), "--set", "ref_device=cuda:7"], "device 'cuda:7'"),
         (["sft", TOY_ENV, "--output", str(tmp_path / "nosteps")], "--steps N"),
+        (["train", TOY_ENV, "--output", str(tmp_path / "nomodel"), "--model", str(tmp_path / "absent-model")], "model folder not found"),
         # A bad demonstration file fails before the earlier run is touched, even with --overwrite.
         (["sft", TOY_ENV, "--steps", "1", "--output", str(tmp_path / "grpo"), "--overwrite", "--source", str(bad)],
          "not an episode record"),
@@ -141,6 +142,8 @@ def test_commands_print_the_report_or_json_and_reject_bad_input(tiny_model_dir, 
         assert code == 2 and out == ""
         assert err.startswith("agentgym: error: ") and message in err and "Traceback" not in err
     assert (tmp_path / "grpo" / "report.md").is_file()
+    # A start that failed left no half-made run folder behind.
+    assert not any((tmp_path / name).exists() for name in ("nope", "fresh", "split", "dev", "nosteps", "nomodel"))
 
 
 def test_filtered_updates_keep_their_place_in_the_learning_rate_schedule(tiny_model_dir, tmp_path, monkeypatch) -> None:
