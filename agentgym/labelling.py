@@ -114,3 +114,15 @@ def to_openai_messages(turns: Turns, task: dict[str, Any]) -> Turns:
             "tool_calls": [{"id": f"oa_{i}_{j}", "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for j, c in enumerate(calls)],
         })
     return out
+
+
+def labelled_main(build: Callable[[], list[dict[str, Any]]], description: str, argv: Sequence[str] | None = None) -> None:
+    """The command line of a labelled-set module: ``python -m MODULE OUT.jsonl`` writes ``build()`` to OUT."""
+    import argparse
+    from pathlib import Path
+
+    from agentgym.rollout import write_jsonl
+
+    parser = argparse.ArgumentParser(description=description.strip().splitlines()[0])
+    parser.add_argument("out", type=Path, help="the labelled JSONL file to write")
+    write_jsonl(parser.parse_args(argv).out, build())

@@ -9,15 +9,23 @@ solution of the task: right on every input the specification covers, not just on
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, insert_after, keep, prepend_malformed_turn, to_openai_messages, without_calls
+from agentgym.labelling import (
+    Scenario,
+    Turns,
+    build_labelled,
+    calls_in,
+    insert_after,
+    keep,
+    labelled_main,
+    prepend_malformed_turn,
+    to_openai_messages,
+    without_calls,
+)
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import write_jsonl
 from agentgym.sandbox._harness import decode
 
 ENV_ID = "agentgym/CodeExec-v0"
@@ -122,11 +130,5 @@ def build() -> list[dict[str, Any]]:
     return build_labelled(ENV_ID, SCENARIOS)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    write_jsonl(parser.parse_args().out, build())
-
-
 if __name__ == "__main__":
-    main()
+    labelled_main(build, __doc__)

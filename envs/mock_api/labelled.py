@@ -10,8 +10,6 @@ recoveries are the behaviour being judged.
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
 from agentgym.labelling import (
@@ -22,11 +20,11 @@ from agentgym.labelling import (
     first_arguments,
     insert_after,
     keep,
+    labelled_main,
     prepend_malformed_turn,
     to_openai_messages,
 )
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import write_jsonl
 from agentgym.envs.mock_api.world import generate_world
 
 ENV_ID = "agentgym/MockAPI-v0"
@@ -184,11 +182,5 @@ def build() -> list[dict[str, Any]]:
     return build_labelled(ENV_ID, SCENARIOS) + build_labelled(ENV_ID, FAULTY_SCENARIOS, fault_rate=0.5)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    write_jsonl(parser.parse_args().out, build())
-
-
 if __name__ == "__main__":
-    main()
+    labelled_main(build, __doc__)

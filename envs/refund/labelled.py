@@ -8,8 +8,6 @@ Each scenario is a kind of agent behaviour with the verdict a support lead would
 
 from __future__ import annotations
 
-import argparse
-from pathlib import Path
 from typing import Any
 
 from agentgym.labelling import (
@@ -21,12 +19,12 @@ from agentgym.labelling import (
     first_arguments,
     insert_after,
     keep,
+    labelled_main,
     prepend_malformed_turn,
     to_openai_messages,
     without_calls,
 )
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import write_jsonl
 
 ENV_ID = "agentgym/Refund-v0"
 
@@ -126,11 +124,5 @@ def build() -> list[dict[str, Any]]:
     return build_labelled(ENV_ID, SCENARIOS)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path)
-    write_jsonl(parser.parse_args().out, build())
-
-
 if __name__ == "__main__":
-    main()
+    labelled_main(build, __doc__)
