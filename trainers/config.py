@@ -225,10 +225,10 @@ class LoRASection:
             adapters disabled, so no second copy is loaded.
         r: adapter rank.
         alpha: adapter scaling numerator (scale ``alpha / r``).
+        target_modules: module names to adapt, or ``all-linear``.
 
     There is no adapter dropout: the model stays in eval mode for the whole run, because the
     ratio of new to old logprobs must be exactly 1 before the first update.
-        target_modules: module names to adapt, or ``all-linear``.
     """
 
     __pydantic_config__ = _STRICT_KEYS

@@ -15,11 +15,11 @@ Read :func:`train` top to bottom; it is the whole algorithm::
 
 Old logprobs: by default they are *recomputed* with the current policy before the update, with
 the same forward pass over the same micro-batches as the first update's loss, so the ratio starts
-at exactly 1. The sampler's own logprobs
-(``grpo.old_logprobs: sampling``) come from a differently batched, left-padded, KV-cached pass
-whose float rounding differs; with top-p they are of a renormalised distribution. When a batch
-gets a single optimiser step (one epoch, one mini-batch) the policy has not moved when the loss
-is computed, so the old logprobs are the loss's own logprobs, detached: no extra forward pass.
+at exactly 1. The sampler's own logprobs (``grpo.old_logprobs: sampling``) come from a
+differently batched, left-padded, KV-cached pass whose float rounding differs; with top-p they
+are of a renormalised distribution. When a batch gets a single optimiser step (one epoch, one
+mini-batch) the policy has not moved when the loss is computed, so the old logprobs are the
+loss's own logprobs, detached: no extra forward pass.
 
 Everything random derives from ``config.seed`` and the step number (tasks, sampling seeds,
 mini-batch order), so a run resumed from a checkpoint reproduces the uninterrupted run exactly.
