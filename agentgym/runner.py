@@ -1,36 +1,42 @@
 """Run many model-driven episodes at once and keep their trajectories token-exact.
 
-:func:`run_rollouts` plays ``num_tasks × group_size`` episodes of one environment with a
-:class:`~agentgym.models.GenerationBackend`. Every round it
+:func:`run_rollouts` plays ``num_tasks × group_size`` episodes of one environment with a policy
+backend. Each episode is a :class:`~agentgym.episode.TokenEpisode` (the one episode driver every
+caller shares); the runner feeds them to the backend as a stream:
 
-1. asks the backend for one completion per active episode in a single batched ``generate`` call
-   (the prompt is the episode's token sequence so far; each episode and turn has its own seed);
-2. appends the sampled ids verbatim to the episode's :class:`~agentgym.models.TrajectoryBuilder`
-   (loss mask 1, end-of-turn token included);
-3. steps the environments with the decoded text in a thread pool;
-4. retires the episodes that ended (``done``, ``max_turns``, ``token_budget``) and renders the new
-   messages of the others through the chat template as masked token deltas.
+1. every episode that wants a turn submits its token sequence so far (each episode and turn has
+   its own seed); the backend batches them continuously, reusing cached keys and values where it
+   can (:class:`~agentgym.models.hf.HFBackend`);
+2. as turns finish, their sampled ids go verbatim into the episode (loss mask 1, end-of-turn
+   token included) and the environments step on the decoded text in a thread pool;
+3. episodes that ended (``done``, ``max_turns``, ``token_budget``) retire and free their
+   environment for the next planned episode; the others render the environment's reply as a
+   masked token delta and submit their next turn.
 
 Nothing is re-tokenised from decoded text: the trajectory is exactly the sequence the model was
-prompted with and sampled. The runner times each phase (:class:`RolloutTiming`) so the share of
-wall time spent in generation, in the environments and in rendering can be reported.
+prompted with and sampled. By default the runner waits for the environment steps of the turns that
+finished together before it asks the backend for more, so the batches (and so the floating-point
+rounding) depend only on the seeds: reruns are identical. ``overlap_env=True`` lets generation go
+on while environments step, which pays off when steps are slow (code execution) at the price of
+that reproducibility. The runner times each phase (:class:`RolloutTiming`).
 """
 
 from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from agentgym.env import SPLITS
-from agentgym.models import ChatRenderer, Generation, GenerationBackend, SamplingParams, Trajectory, TrajectoryBuilder
-from agentgym.parsing import parse_action
+from agentgym.episode import RolloutSettings, StopReason, TokenEpisode, turn_seed
+from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
+from agentgym.models.backend import as_streaming
 
 __all__ = [
     "Episode",
@@ -43,13 +49,15 @@ __all__ = [
     "turn_seed",
 ]
 
-StopReason = Literal["done", "max_turns", "token_budget"]
 ProgressFn = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
-class RolloutConfig:
-    """What to roll out and how to sample.
+class RolloutConfig(RolloutSettings):
+    """What to roll out; how each episode is played comes from :class:`~agentgym.episode.RolloutSettings`.
+
+    The settings' fields (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature``,
+    ``top_p``, ``template_kwargs``, ``tool_mode``) are keyword-only here.
 
     Attributes:
         env_id: a registered environment id, e.g. ``"agentgym/Refund-v0"``.
@@ -60,20 +68,12 @@ class RolloutConfig:
         group_size: episodes per task (GRPO groups); members differ only in their sampling seeds.
         seed: base seed. Group ``g`` resets its environments with ``seed + g``; turn ``t`` of episode
             ``e`` samples with :func:`turn_seed` ``(seed, e, t)``.
-        max_turns: assistant turns before the environment truncates the episode (None: its default).
-        max_new_tokens: sampled tokens per assistant turn at most.
-        max_total_tokens: token budget of a whole trajectory, prompt included. A turn samples at most
-            what still fits (one token is kept free for a closing end-of-turn token); an episode whose
-            next prompt leaves no room stops with ``"token_budget"`` and its trajectory ends after its
-            last sampled turn, so it never exceeds the budget (unless the opening prompt alone does).
-        temperature: sampling temperature; 0 decodes greedily.
-        top_p: nucleus mass in (0, 1].
         env_kwargs: extra keyword arguments for ``gym.make`` (``split`` and ``max_turns`` have their
             own fields).
         env_workers: threads stepping environments in parallel.
         max_concurrent: episodes in flight at once (None: all of them). ``1`` plays the episodes one
-            at a time with the same seeds, the baseline that batched generation is measured against.
-        template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
+            at a time with the same seeds.
+        overlap_env: keep generating while environments step (see the module docstring).
     """
 
     env_id: str
@@ -82,30 +82,22 @@ class RolloutConfig:
     num_tasks: int = 8
     group_size: int = 1
     seed: int = 0
-    max_turns: int | None = None
-    max_new_tokens: int = 256
-    max_total_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     env_workers: int = 8
     max_concurrent: int | None = None
-    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    overlap_env: bool = False
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.split not in SPLITS:
             raise ValueError(f"split must be one of {', '.join(SPLITS)}; got {self.split!r}")
         if self.task_ids is not None:
             if isinstance(self.task_ids, str) or not self.task_ids:
                 raise ValueError("task_ids must be a non-empty sequence of task id strings")
             object.__setattr__(self, "task_ids", tuple(self.task_ids))
-        for name in ("num_tasks", "group_size", "max_new_tokens", "env_workers"):
+        for name in ("num_tasks", "group_size", "env_workers"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
-        if self.max_turns is not None and self.max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1; got {self.max_turns}")
-        if self.max_total_tokens is not None and self.max_total_tokens < 2:
-            raise ValueError(f"max_total_tokens must be at least 2; got {self.max_total_tokens}")
         if self.max_concurrent is not None and self.max_concurrent < 1:
             raise ValueError(f"max_concurrent must be at least 1; got {self.max_concurrent}")
         if self.seed < 0:
@@ -113,8 +105,6 @@ class RolloutConfig:
         clashing = sorted({"split", "max_turns"} & set(self.env_kwargs))
         if clashing:
             raise ValueError(f"pass {', '.join(clashing)} as RolloutConfig fields, not in env_kwargs")
-        # Validates temperature and top_p with the backend's own rules.
-        SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens)
 
     @property
     def num_groups(self) -> int:
@@ -171,23 +161,29 @@ class RolloutTiming:
 
     Attributes:
         wall_s: the whole run.
-        generate_s: inside ``backend.generate``.
-        env_s: resetting and stepping environments (the thread-pool phase, as wall time).
+        generate_s: waiting for the backend (``submit`` and ``advance``).
+        prefill_s: of that, running prompt tokens through the model (local backend only).
+        decode_s: of that, sampling new tokens (local backend only).
+        env_s: resetting and stepping environments, as wall time the runner waited for them.
         render_s: chat-template rendering and tokenisation of prompts and environment deltas.
-        rounds: ``generate`` calls.
+        rounds: ``advance`` calls.
         episodes: episodes played.
         sampled_tokens: tokens sampled by the model.
-        prompt_tokens: prompt tokens sent to the backend, summed over calls.
+        prompt_tokens: prompt tokens sent to the backend, summed over requests.
+        reused_tokens: of those, tokens whose keys and values the backend reused from its cache.
     """
 
     wall_s: float = 0.0
     generate_s: float = 0.0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
     env_s: float = 0.0
     render_s: float = 0.0
     rounds: int = 0
     episodes: int = 0
     sampled_tokens: int = 0
     prompt_tokens: int = 0
+    reused_tokens: int = 0
 
     @property
     def tokens_per_s(self) -> float:
@@ -214,11 +210,6 @@ class RolloutTiming:
         }
 
 
-def turn_seed(seed: int, episode: int, turn: int) -> int:
-    """Sampling seed of ``turn`` of ``episode``: independent streams per episode and turn, stable across runs."""
-    return int(np.random.SeedSequence([seed, episode, turn]).generate_state(1)[0])
-
-
 @dataclass(frozen=True)
 class _Planned:
     index: int
@@ -228,14 +219,12 @@ class _Planned:
     env_seed: int
 
 
+@dataclass(eq=False)
 class _Live:
     """An episode in flight."""
 
-    def __init__(self, plan: _Planned, env: gym.Env, builder: TrajectoryBuilder) -> None:
-        self.plan = plan
-        self.env = env
-        self.builder = builder
-        self.turns: list[dict[str, Any]] = []
+    plan: _Planned
+    episode: TokenEpisode
 
 
 def _make_env(config: RolloutConfig) -> gym.Env:
@@ -270,7 +259,8 @@ class RolloutRunner:
     """Plays episodes with one backend; keeps the timing of its last run in :attr:`last_timing`.
 
     Args:
-        backend: the policy.
+        backend: the policy (any :class:`~agentgym.models.GenerationBackend`; one that batches
+            continuously is driven as a stream).
     """
 
     def __init__(self, backend: GenerationBackend) -> None:
@@ -281,13 +271,18 @@ class RolloutRunner:
         """Play ``config.num_episodes`` episodes; see :func:`run_rollouts`."""
         timing = RolloutTiming()
         started = time.perf_counter()
+        # A run starts from an empty key/value cache, so what an earlier run left there cannot change
+        # the floating-point path (reruns stay identical to the last bit).
+        clear_cache = getattr(self.backend, "clear_cache", None)
+        if callable(clear_cache):
+            clear_cache()
+        engine = getattr(self.backend, "engine", None)
+        stats_before = dict(asdict(engine.stats)) if engine is not None else None
         first = _make_env(config)
         envs = [first]
         try:
             plan = _plan(config, first.unwrapped.task_ids)
-            renderer = ChatRenderer(
-                self.backend.tokenizer, tools=first.unwrapped.tools, template_kwargs=config.template_kwargs
-            )
+            renderer = config.renderer(self.backend.tokenizer, first.unwrapped.tools)
             slots = min(len(plan), config.max_concurrent or len(plan))
             envs.extend(_make_env(config) for _ in range(slots - 1))
             with ThreadPoolExecutor(max_workers=min(config.env_workers, slots)) as pool:
@@ -295,6 +290,11 @@ class RolloutRunner:
         finally:
             for env in envs:
                 env.close()
+        if engine is not None and stats_before is not None and getattr(self.backend, "reuse_cache", True):
+            after = asdict(engine.stats)
+            timing.prefill_s = after["prefill_s"] - stats_before["prefill_s"]
+            timing.decode_s = after["decode_s"] - stats_before["decode_s"]
+            timing.reused_tokens = after["reused_tokens"] - stats_before["reused_tokens"]
         timing.wall_s = time.perf_counter() - started
         timing.episodes = len(episodes)
         self.last_timing = timing
@@ -314,26 +314,49 @@ class _Run:
         progress: ProgressFn | None,
     ) -> None:
         self.backend = backend
+        self.stream = as_streaming(backend)
         self.config = config
         self.renderer = renderer
         self.pool = pool
         self.timing = timing
         self.progress = progress
-        self.budget = config.max_total_tokens
         self.finished: list[Episode] = []
+        self.live: dict[Hashable, _Live] = {}
 
     def play(self, plan: Sequence[_Planned], envs: list[gym.Env]) -> list[Episode]:
         pending = deque(plan)
         free = list(envs)
-        live: list[_Live] = []
+        stepping: dict[Future[Any], _Live] = {}
         self._report()
-        while pending or live:
+        while pending or self.live:
             starting = [(pending.popleft(), free.pop()) for _ in range(min(len(free), len(pending)))]
-            live.extend(e for e in self._start(starting) if not self._out_of_budget(e, e.builder.build()))
-            if live:
-                live = self._round(live)
-            busy = {id(e.env) for e in live}
-            free = [env for env in envs if id(env) not in busy]
+            for live in self._start(starting):
+                self._next_turn(live, free)
+            if self.stream.in_flight:
+                tick = time.perf_counter()
+                finished = self.stream.advance()
+                self.timing.generate_s += time.perf_counter() - tick
+                self.timing.rounds += 1
+                for key, generation in finished:
+                    live = self.live[key]
+                    stepping[self.pool.submit(live.episode.step_env, self._add_generation(live, generation))] = live
+            if stepping:
+                tick = time.perf_counter()
+                if not self.config.overlap_env:
+                    done, _ = wait(stepping)  # all of them: the next batch must not depend on timing
+                elif self.stream.in_flight:
+                    done = {f for f in stepping if f.done()}  # generation goes on meanwhile
+                else:
+                    done, _ = wait(stepping, return_when=FIRST_COMPLETED)
+                self.timing.env_s += time.perf_counter() - tick
+                tick = time.perf_counter()
+                for future in [f for f in stepping if f in done]:  # in submission order
+                    live = stepping.pop(future)
+                    observation = future.result()
+                    if observation is not None:
+                        live.episode.add_observation(observation)
+                    self._next_turn(live, free)
+                self.timing.render_s += time.perf_counter() - tick
             self._report()
         return sorted(self.finished, key=lambda e: (e.group, e.member))
 
@@ -350,116 +373,52 @@ class _Run:
         tick = time.perf_counter()
         observations = list(self.pool.map(reset, starting))
         tock = time.perf_counter()
-        live = [_Live(plan, env, TrajectoryBuilder(self.renderer, obs)) for (plan, env), obs in zip(starting, observations, strict=True)]
+        started = [
+            _Live(plan, TokenEpisode(env, observation, self.renderer, self.config))
+            for (plan, env), observation in zip(starting, observations, strict=True)
+        ]
         self.timing.env_s += tock - tick
         self.timing.render_s += time.perf_counter() - tock
-        return live
+        return started
 
-    def _room(self, length: int) -> int:
-        """Tokens the next turn may sample; one stays free for a closing end-of-turn token."""
-        if self.budget is None:
-            return self.config.max_new_tokens
-        return min(self.config.max_new_tokens, self.budget - length - 1)
+    def _next_turn(self, live: _Live, free: list[gym.Env]) -> None:
+        """Submit the episode's next turn, or retire it when it is over."""
+        key = live.plan.index
+        episode = live.episode
+        if episode.over:
+            self.live.pop(key, None)
+            self._finish(live)
+            free.append(episode.env)
+            return
+        self.live[key] = live
+        params = episode.sampling_params(turn_seed(self.config.seed, key, len(episode.turns)))
+        prompt = episode.token_ids
+        self.timing.prompt_tokens += len(prompt)
+        self.stream.submit(key, prompt, params)
 
-    def _out_of_budget(self, episode: _Live, trajectory: Trajectory) -> bool:
-        """Retire ``episode`` with ``trajectory`` when its next prompt leaves no room to sample."""
-        if self._room(len(episode.builder)) >= 1:
-            return False
-        self._finish(episode, trajectory, "token_budget")
-        return True
-
-    def _round(self, live: list[_Live]) -> list[_Live]:
-        """One batched generation for every live episode, then the environment steps; returns those still live."""
-        prompts = [e.builder.token_ids for e in live]
-        params = [
-            SamplingParams(
-                temperature=self.config.temperature,
-                top_p=self.config.top_p,
-                max_new_tokens=self._room(len(prompt)),
-                seed=turn_seed(self.config.seed, e.plan.index, len(e.turns)),
-                stop_token_ids=(self.renderer.eot_token_id,),
-            )
-            for e, prompt in zip(live, prompts, strict=True)
-        ]
+    def _add_generation(self, live: _Live, generation: Generation) -> str:
+        """Append the sampled turn to its episode; the text the environment will read."""
         tick = time.perf_counter()
-        generations = self.backend.generate(prompts, params)
-        self.timing.generate_s += time.perf_counter() - tick
-        self.timing.rounds += 1
-        self.timing.prompt_tokens += sum(map(len, prompts))
-        self.timing.sampled_tokens += sum(len(g.token_ids) for g in generations)
-
-        tick = time.perf_counter()
-        for episode, generation in zip(live, generations, strict=True):
-            episode.builder.add_generation(generation)
+        self.timing.sampled_tokens += len(generation.token_ids)
+        content = live.episode.add_generation(generation.token_ids, generation.logprobs)
         self.timing.render_s += time.perf_counter() - tick
+        return content
 
-        tick = time.perf_counter()
-        steps = list(self.pool.map(lambda e, g: e.env.step(g.text), live, generations))
-        self.timing.env_s += time.perf_counter() - tick
-
-        tick = time.perf_counter()
-        still: list[_Live] = []
-        for episode, prompt, param, generation, step in zip(live, prompts, params, generations, steps, strict=True):
-            if self._advance(episode, prompt, param, generation, step):
-                still.append(episode)
-        self.timing.render_s += time.perf_counter() - tick
-        return still
-
-    def _advance(
-        self,
-        episode: _Live,
-        prompt: list[int],
-        params: SamplingParams,
-        generation: Generation,
-        step: tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]],
-    ) -> bool:
-        """Record the turn and append the environment's reply; False when the episode ended."""
-        observation, reward, terminated, truncated, info = step
-        turn = len(episode.turns)
-        parsed = parse_action(generation.text, id_prefix=f"call_{turn + 1}")  # the ids the environment gives
-        record: dict[str, Any] = {
-            "turn": turn,
-            "seed": params.seed,
-            "prompt_ids": tuple(prompt),
-            "sampled_ids": generation.token_ids,
-            "logprobs": generation.logprobs,
-            "finish_reason": generation.finish_reason,
-            "text": generation.text,
-            "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in parsed.tool_calls],
-            "parse_errors": list(parsed.errors),
-            "env_messages": observation,
-            "env_message_ids": (),
-            "reward": float(reward),
-            "terminated": bool(terminated),
-            "truncated": bool(truncated),
-            "info": info,
-        }
-        episode.turns.append(record)
-        if terminated or truncated:
-            self._finish(episode, episode.builder.build(), "done" if terminated else "max_turns")
-            return False
-        # Only an episode that may stop for its budget needs the sequence before the delta.
-        before = episode.builder.build() if self.budget is not None else None
-        episode.builder.add_messages(observation)
-        if before is not None and self._out_of_budget(episode, before):
-            return False
-        record["env_message_ids"] = episode.builder.build().segments[-1].token_ids
-        return True
-
-    def _finish(self, episode: _Live, trajectory: Trajectory, stop_reason: StopReason) -> None:
-        plan = episode.plan
+    def _finish(self, live: _Live) -> None:
+        plan, episode = live.plan, live.episode
+        assert episode.stop_reason is not None
         record = episode.env.unwrapped.episode_record()
-        record.update(policy=self.backend.name, group=plan.group, member=plan.member, stop_reason=stop_reason)
+        record.update(policy=self.backend.name, group=plan.group, member=plan.member, stop_reason=episode.stop_reason)
         difficulty = (episode.env.unwrapped.task or {}).get("difficulty")
         if difficulty is not None:
             record["difficulty"] = difficulty
         self.finished.append(
             Episode(
                 record=record,
-                trajectory=trajectory,
+                trajectory=episode.trajectory(),
                 group=plan.group,
                 reward=float(record["reward"]),
-                stop_reason=stop_reason,
+                stop_reason=episode.stop_reason,
                 turns=episode.turns,
                 member=plan.member,
             )
@@ -471,10 +430,10 @@ def run_rollouts(
 ) -> list[Episode]:
     """Play ``config.num_tasks × config.group_size`` episodes concurrently.
 
-    One batched ``backend.generate`` call per round covers every active episode; the environments
-    step in a thread pool. Sampling seeds come from :func:`turn_seed` ``(config.seed, episode, turn)``,
-    so group members differ but reruns are identical. ``progress(finished, total)`` is called at the
-    start and after every round. Episodes are returned ordered by (group, member). Use
-    :class:`RolloutRunner` to also get the timing of the run.
+    The backend generates every episode's turns as a stream (see the module docstring); the
+    environments step in a thread pool. Sampling seeds come from :func:`turn_seed`
+    ``(config.seed, episode, turn)``, so group members differ but reruns are identical.
+    ``progress(finished, total)`` is called at the start and after every round. Episodes are
+    returned ordered by (group, member). Use :class:`RolloutRunner` to also get the timing of the run.
     """
     return RolloutRunner(backend).run(config, progress=progress)

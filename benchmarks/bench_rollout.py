@@ -1,68 +1,50 @@
-"""Rollout throughput with a real model: batched generation against one episode at a time.
+"""Rollout throughput with a real model: key/value reuse and continuous batching against prefilling from scratch.
 
-Plays the same episodes (same tasks, seeds and budgets) twice with :class:`agentgym.runner.RolloutRunner`:
+Plays the same episodes (same tasks, seeds and budgets) with :class:`agentgym.runner.RolloutRunner`
+and the local transformers backend in two modes:
 
-* **batched**: every active episode in one ``generate`` call per round (the runner's default);
-* **sequential**: ``max_concurrent=1``, one episode at a time, one prompt per ``generate`` call, the
-  baseline measured in the same run.
+* ``no-cache``: ``HFBackend(reuse_cache=False)``, the path before key/value reuse: every round
+  left-pads the conversations of all live episodes and prefills them from scratch;
+* ``cache``: the default engine (:mod:`agentgym.models.engine`): an episode's next turn prefills
+  only its new tokens, a group's shared prompt and the environment's system prompt are computed
+  once, and episodes join and leave the batch as their turns finish.
 
-For each it prints sampled tokens per second of wall time and how the wall time splits between
-generation, the environments and chat-template rendering (the runner's own timers), then the
-batched/sequential throughput ratio. Modes alternate over ``--repeats`` so a change in machine load
-affects both alike; the best repeat of each is reported. Left padding changes floating-point
-rounding, so batched and sequential samples can differ slightly on some hardware: the script
-reports how many trajectories came out identical.
+Each mode runs in its own process (so its peak memory is its own) and the modes alternate over
+``--repeats``; the best repeat of each is reported. For each it prints sampled tokens per second of
+wall time, peak resident memory, and the share of wall time in prefill, decode and the
+environments, then the cache/no-cache throughput ratio and how many trajectories came out
+token-identical (the seeds are the same, so they should all be).
 
-    python benchmarks/bench_rollout.py                         # default model, SearchQA-v0, CPU
-    python benchmarks/bench_rollout.py --env agentgym/Refund-v0 --tasks 4 --group-size 4 --device cuda
-    python benchmarks/bench_rollout.py --backend openai --base-url http://127.0.0.1:8000/v1 --json out.json
+    python benchmarks/bench_rollout.py                    # SQL-v0, 2 tasks x 4, 2 turns x 48 tokens
+    python benchmarks/bench_rollout.py --larger           # 8 tasks x 8, 4 turns
+    python benchmarks/bench_rollout.py --temperature 0    # greedy: the two modes must agree exactly
+    python benchmarks/bench_rollout.py --modes cache --device cuda --json out.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
+import multiprocessing
+import resource
+import sys
 from typing import Any
 
-from agentgym.models import create_backend
-from agentgym.runner import Episode, RolloutConfig, RolloutRunner, RolloutTiming
+MODES = ("no-cache", "cache")
 
 
-def _play(runner: RolloutRunner, config: RolloutConfig) -> tuple[list[Episode], RolloutTiming]:
-    episodes = runner.run(config)
-    assert runner.last_timing is not None
-    return episodes, runner.last_timing
+def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
+    """Child process: load the model, warm up, play the episodes once, report timing and memory."""
+    import torch
 
-
-def _row(name: str, timing: RolloutTiming) -> dict[str, Any]:
-    render_share = timing.render_s / timing.wall_s if timing.wall_s > 0 else 0.0
-    return {"mode": name, **timing.to_dict(), "render_share": render_share}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="agentgym/SearchQA-v0")
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--tasks", type=int, default=2)
-    parser.add_argument("--group-size", type=int, default=2)
-    parser.add_argument("--max-turns", type=int, default=2)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--model", default=None, help="default: the bundled SmolLM2-135M-Instruct")
-    parser.add_argument("--backend", default="hf", choices=["hf", "openai", "vllm"])
-    parser.add_argument("--base-url", default=None)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    args = parser.parse_args()
+    from agentgym.models import load_model
+    from agentgym.models.hf import HFBackend
+    from agentgym.runner import RolloutConfig, RolloutRunner
 
     if args.threads is not None:
-        import torch
-
         torch.set_num_threads(args.threads)
-    backend = create_backend(args.model, kind=args.backend, device=args.device, base_url=args.base_url)
+    model, tokenizer = load_model(args.model, device=args.device)
+    backend = HFBackend(model, tokenizer, reuse_cache=mode == "cache")
     config = RolloutConfig(
         args.env,
         split=args.split,
@@ -71,39 +53,96 @@ def main() -> None:
         seed=args.seed,
         max_turns=args.max_turns,
         max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
     )
     runner = RolloutRunner(backend)
-    # Warm-up: first calls pay for lazy initialisation (kernels, allocator, template compilation).
-    _play(runner, replace(config, num_tasks=1, group_size=1, max_turns=1, max_new_tokens=2))
-
-    modes = {"batched": config, "sequential": replace(config, max_concurrent=1)}
-    best: dict[str, RolloutTiming] = {}
-    outputs: dict[str, list[Episode]] = {}
-    for repeat in range(args.repeats):
-        order = list(modes) if repeat % 2 == 0 else list(reversed(modes))
-        for name in order:
-            episodes, timing = _play(runner, modes[name])
-            outputs[name] = episodes
-            if name not in best or timing.tokens_per_s > best[name].tokens_per_s:
-                best[name] = timing
-
-    identical = sum(
-        a.trajectory.token_ids == b.trajectory.token_ids
-        for a, b in zip(outputs["batched"], outputs["sequential"], strict=True)
+    # Warm-up on another task: first calls pay for lazy initialisation (kernels, allocator, templates).
+    runner.run(RolloutConfig(args.env, split="val", num_tasks=1, max_turns=1, max_new_tokens=2))
+    episodes = runner.run(config)
+    timing = runner.last_timing
+    assert timing is not None
+    queue.put(
+        {
+            "mode": mode,
+            **timing.to_dict(),
+            "render_share": timing.render_s / timing.wall_s,
+            "prefill_share": timing.prefill_s / timing.wall_s,
+            "decode_share": timing.decode_s / timing.wall_s,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "trajectories": [list(e.trajectory.token_ids) for e in episodes],
+            "successes": sum(bool(e.record["success"]) for e in episodes),
+        }
     )
-    rows = [_row(name, best[name]) for name in modes]
-    ratio = best["batched"].tokens_per_s / best["sequential"].tokens_per_s
-    print(f"{args.env}: {config.num_episodes} episodes ({args.tasks} tasks x {args.group_size}), "
-          f"max {args.max_turns} turns x {args.max_new_tokens} tokens, backend {backend.name}")
-    print(f"{'mode':<11} {'wall s':>8} {'tokens':>7} {'tok/s':>8} {'generate':>9} {'envs':>7} {'render':>7} {'calls':>6}")
-    for row in rows:
-        print(f"{row['mode']:<11} {row['wall_s']:>8.2f} {row['sampled_tokens']:>7} {row['tokens_per_s']:>8.2f} "
-              f"{row['generate_share']:>9.1%} {row['env_share']:>7.2%} {row['render_share']:>7.2%} {row['rounds']:>6}")
-    print(f"batched / sequential throughput: {ratio:.2f}x; identical trajectories: {identical}/{config.num_episodes}")
+
+
+def _measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_run_mode, args=(args, mode, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    if process.exitcode != 0:
+        sys.exit(f"the {mode} run failed (exit code {process.exitcode})")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="agentgym/SQL-v0")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--tasks", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--max-turns", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--larger", action="store_true", help="8 tasks x group of 8, 4 turns (overrides those three)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--model", default=None, help="default: the bundled SmolLM2-135M-Instruct")
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args()
+    if args.larger:
+        args.tasks, args.group_size, args.max_turns = 8, 8, 4
+
+    best: dict[str, dict[str, Any]] = {}
+    for repeat in range(args.repeats):
+        order = args.modes if repeat % 2 == 0 else list(reversed(args.modes))
+        for mode in order:
+            result = _measure(args, mode)
+            if mode not in best or result["tokens_per_s"] > best[mode]["tokens_per_s"]:
+                best[mode] = result
+
+    episodes = args.tasks * args.group_size
+    print(f"{args.env} ({args.split}): {episodes} episodes ({args.tasks} tasks x {args.group_size}), "
+          f"max {args.max_turns} turns x {args.max_new_tokens} tokens, temperature {args.temperature}")
+    print(f"{'mode':<9} {'wall s':>8} {'tokens':>7} {'tok/s':>8} {'prefill':>8} {'decode':>7} {'envs':>6} "
+          f"{'render':>7} {'reused':>7} {'peak MiB':>9} {'success':>8}")
+    for mode in args.modes:
+        row = best[mode]
+        reused = row["reused_tokens"] / row["prompt_tokens"] if row["prompt_tokens"] else 0.0
+        print(f"{mode:<9} {row['wall_s']:>8.2f} {row['sampled_tokens']:>7} {row['tokens_per_s']:>8.2f} "
+              f"{row['prefill_share']:>8.1%} {row['decode_share']:>7.1%} {row['env_share']:>6.1%} "
+              f"{row['render_share']:>7.1%} {reused:>7.1%} {row['peak_rss_mib']:>9.0f} {row['successes']:>4}/{episodes}")
+    summary: dict[str, Any] = {"config": {k: v for k, v in vars(args).items() if k != "json"}}
+    if set(MODES) <= set(best):
+        fast, slow = best["cache"], best["no-cache"]
+        identical = sum(a == b for a, b in zip(fast["trajectories"], slow["trajectories"], strict=True))
+        summary.update(
+            throughput_ratio=fast["tokens_per_s"] / slow["tokens_per_s"],
+            peak_memory_ratio=fast["peak_rss_mib"] / slow["peak_rss_mib"],
+            identical_trajectories=identical,
+        )
+        print(f"cache / no-cache: throughput {summary['throughput_ratio']:.2f}x, peak memory "
+              f"{summary['peak_memory_ratio']:.2f}x; token-identical trajectories: {identical}/{episodes}")
+    print("(prefill and decode shares are measured inside the engine, so the no-cache mode shows none)")
     if args.json:
+        summary["modes"] = [{k: v for k, v in best[m].items() if k != "trajectories"} for m in args.modes]
         with open(args.json, "w", encoding="utf-8") as out:
-            json.dump({"config": {k: v for k, v in vars(args).items() if k != "json"}, "modes": rows,
-                       "throughput_ratio": ratio, "identical_trajectories": identical}, out, indent=2)
+            json.dump(summary, out, indent=2)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,11 @@ class Recording:
         self.scripted_turns = scripted_turns
         self.calls: list[list[SamplingParams]] = []
 
+    def clear_cache(self) -> None:
+        """Passed through, so every run starts the wrapped backend from an empty key/value cache."""
+        if hasattr(self.inner, "clear_cache"):
+            self.inner.clear_cache()
+
     def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Generation]:
         self.calls.append(list(params))
         out: list[Generation | None] = [None] * len(prompts)

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from agentgym.episode import RolloutSettings
 from agentgym.trainers.grpo import LossAgg
 
 __all__ = [
@@ -60,9 +61,12 @@ class ConfigError(ValueError):
     """An invalid configuration; the message lists every problem, one per line."""
 
 
-@dataclass(frozen=True)
-class RolloutSection:
-    """How training rollouts are collected (see :class:`agentgym.runner.RolloutConfig`).
+@dataclass(frozen=True, kw_only=True)
+class RolloutSection(RolloutSettings):
+    """How training rollouts are collected: the :class:`~agentgym.episode.RolloutSettings` every
+    rollout path shares (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature``
+    — also applied to the logits the loss sees — ``top_p``, ``template_kwargs``, ``tool_mode``),
+    plus what to roll out.
 
     Attributes:
         split: task split the training tasks come from.
@@ -70,11 +74,6 @@ class RolloutSection:
         num_tasks: distinct tasks per GRPO step, drawn from the pool in a seeded order that
             visits every task once before any repeats.
         group_size: episodes per task (the GRPO group, at least 2).
-        max_turns: assistant turns per episode; ``None`` keeps the environment's default.
-        max_new_tokens: tokens sampled per assistant turn.
-        max_total_tokens: token budget of a whole trajectory, prompt included.
-        temperature: sampling temperature (also applied to the logits the loss sees).
-        top_p: nucleus sampling mass.
         env_kwargs: extra keyword arguments for ``gym.make``.
         env_workers: threads stepping environments in parallel.
     """
@@ -85,11 +84,6 @@ class RolloutSection:
     task_ids: tuple[str, ...] | None = None
     num_tasks: int = 8
     group_size: int = 4
-    max_turns: int | None = None
-    max_new_tokens: int = 256
-    max_total_tokens: int | None = None
-    temperature: float = 1.0
-    top_p: float = 1.0
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     env_workers: int = 8
 
@@ -326,14 +320,10 @@ def _value_problems(c: TrainConfig) -> list[str]:
     need(c.ref_device is None or not c.lora.enabled,
          "ref_device does not apply with LoRA: the reference is the policy with its adapters off (leave ref_device out)")
     need(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
-    r = c.rollout
+    r = c.rollout  # RolloutSettings checked its own budgets and sampling values
     need(r.num_tasks >= 1, f"rollout.num_tasks must be >= 1, got {r.num_tasks}")
     need(r.group_size >= 2, f"rollout.group_size must be >= 2 (GRPO compares samples of a task), got {r.group_size}")
-    need(r.max_turns is None or r.max_turns >= 1, f"rollout.max_turns must be >= 1, got {r.max_turns}")
-    need(r.max_new_tokens >= 1, f"rollout.max_new_tokens must be >= 1, got {r.max_new_tokens}")
-    need(r.max_total_tokens is None or r.max_total_tokens >= 2, f"rollout.max_total_tokens must be >= 2, got {r.max_total_tokens}")
     need(r.temperature > 0, f"rollout.temperature must be > 0 for GRPO (greedy groups have no variance), got {r.temperature}")
-    need(0 < r.top_p <= 1, f"rollout.top_p must be in (0, 1], got {r.top_p}")
     need(r.env_workers >= 1, f"rollout.env_workers must be >= 1, got {r.env_workers}")
     need(r.task_ids is None or len(r.task_ids) > 0, "rollout.task_ids must not be empty (leave it out for the whole split)")
     g = c.grpo
@@ -403,7 +393,9 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
             if isinstance(raised, ConfigError):  # value checks of TrainConfig.__post_init__
                 raise raised from None
             path = ".".join(str(p) for p in error["loc"]) or "(top level)"
-            if error["type"] == "unexpected_keyword_argument":
+            if error["type"] == "value_error" and isinstance(raised, ValueError):  # a section's own check
+                lines.append(f"{path}.{raised}")
+            elif error["type"] == "unexpected_keyword_argument":
                 lines.append(f"{path}: unknown option")
             else:
                 lines.append(f"{path}: {error['msg']} (got {error.get('input')!r})")

@@ -441,6 +441,8 @@ def _rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, 
         max_total_tokens=r.max_total_tokens,
         temperature=temperature,
         top_p=r.top_p if temperature > 0 else 1.0,
+        template_kwargs=r.template_kwargs,
+        tool_mode=r.tool_mode,
         env_kwargs=dict(r.env_kwargs),
         env_workers=r.env_workers,
     )

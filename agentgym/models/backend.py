@@ -3,11 +3,20 @@
 Backends never see chat messages. The caller renders the conversation to token ids (see
 :mod:`agentgym.models.chat`) and keeps the sampled ids verbatim, so nothing is re-tokenised between
 turns.
+
+Two ways to call a backend:
+
+* :class:`GenerationBackend` — ``generate(prompts, params)``: one batch in, one completion per
+  prompt out.
+* :class:`StreamingBackend` — ``submit(key, prompt, params)`` then ``advance()``, which returns
+  completions as they finish: continuous batching, where a request submitted between two
+  ``advance`` calls joins the running batch instead of waiting for it to drain. The rollout runner
+  drives every backend this way; :func:`as_streaming` wraps a backend that only has ``generate``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
@@ -97,6 +106,71 @@ class GenerationBackend(Protocol):
     ) -> list[Generation]:
         """Sample one completion per prompt; ``params`` is shared or given per prompt."""
         ...
+
+
+@runtime_checkable
+class StreamingBackend(GenerationBackend, Protocol):
+    """A backend that batches continuously: requests go in one at a time and come out as they finish."""
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet returned by :meth:`advance`."""
+        ...
+
+    def submit(self, key: Hashable, prompt: Sequence[int], params: SamplingParams) -> None:
+        """Queue one request; :meth:`advance` returns its completion under ``key``."""
+        ...
+
+    def advance(self) -> list[tuple[Hashable, Generation]]:
+        """Work until at least one request finishes (if any is in flight); return the finished ones."""
+        ...
+
+
+class LockstepStream:
+    """:class:`StreamingBackend` over a backend that only has ``generate``.
+
+    Requests submitted since the last :meth:`advance` are generated together in one ``generate``
+    call, and all of them are returned by it.
+
+    Args:
+        backend: the backend to wrap.
+    """
+
+    def __init__(self, backend: GenerationBackend) -> None:
+        self.backend = backend
+        self.tokenizer = backend.tokenizer
+        self.name = backend.name
+        self._queue: list[tuple[Hashable, Sequence[int], SamplingParams]] = []
+
+    @property
+    def in_flight(self) -> int:
+        """Requests waiting for the next :meth:`advance`."""
+        return len(self._queue)
+
+    def generate(
+        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
+    ) -> list[Generation]:
+        """The wrapped backend's ``generate``."""
+        return self.backend.generate(prompts, params)
+
+    def submit(self, key: Hashable, prompt: Sequence[int], params: SamplingParams) -> None:
+        """Queue one request for the next :meth:`advance`."""
+        self._queue.append((key, prompt, params))
+
+    def advance(self) -> list[tuple[Hashable, Generation]]:
+        """Generate every queued request in one call."""
+        queue, self._queue = self._queue, []
+        if not queue:
+            return []
+        generations = self.backend.generate([prompt for _, prompt, _ in queue], [params for _, _, params in queue])
+        return [(key, generation) for (key, _, _), generation in zip(queue, generations, strict=True)]
+
+
+def as_streaming(backend: GenerationBackend) -> StreamingBackend:
+    """``backend`` itself when it batches continuously, else a :class:`LockstepStream` over it."""
+    if isinstance(backend, StreamingBackend):
+        return backend
+    return LockstepStream(backend)
 
 
 def per_prompt_params(

@@ -2,14 +2,22 @@
 
 ``model.generate`` draws from torch's global random state and merges the checkpoint's own generation
 defaults (repetition penalties, top-k, ...) into every call, so neither the tokens nor the reported
-logprobs would be under our control. This module runs its own decoding loop over the model's forward
-pass with a KV cache instead: every prompt gets its own seeded ``torch.Generator``, the sampling
-distribution is exactly temperature + top-p, and rows that finish are dropped from the batch.
+logprobs would be under our control. This backend runs its own decoding over the model's forward pass
+instead: every prompt gets its own seeded ``torch.Generator`` and the sampling distribution is exactly
+temperature + top-p.
+
+By default the work goes through :class:`~agentgym.models.engine.KVEngine`, which keeps keys and
+values across calls (an episode's next turn prefills only the new tokens; a group's shared prompt is
+computed once) and batches continuously (:meth:`HFBackend.submit` / :meth:`HFBackend.advance`).
+``reuse_cache=False`` keeps the plain path: each ``generate`` call left-pads its prompts and prefills
+them from scratch (the baseline the rollout benchmark compares against).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import os
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -17,64 +25,32 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentgym.models.backend import (
     Generation,
+    LockstepStream,
     SamplingParams,
     decode_visible,
     per_prompt_params,
     stop_token_set,
 )
+from agentgym.models.engine import KVEngine, cache_keyword, finish_reason, sample_next
 
-
-@dataclass
-class _Row:
-    """Decoding state of one prompt."""
-
-    params: SamplingParams
-    limit: int  # max_new_tokens, lowered when the model's context would run out first
-    stop_ids: frozenset[int]
-    generator: torch.Generator
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str | None = None
-
-
-def sample_next(
-    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, generators: Sequence[torch.Generator]
-) -> tuple[list[int], list[float]]:
-    """Draw one token per row of ``logits`` ``[B, V]`` and return (ids, logprobs under the sampling distribution).
-
-    Rows with temperature 0 are decoded greedily and report the logprob under the untempered distribution.
-    """
-    greedy = temperature == 0
-    scale = torch.where(greedy, torch.ones_like(temperature), temperature)
-    logp = torch.log_softmax(logits.float() / scale[:, None], dim=-1)
-    if bool((top_p < 1).any()):
-        sorted_logp, order = logp.sort(dim=-1, descending=True)
-        sorted_p = sorted_logp.exp()
-        # Keep a token while the mass strictly before it is below top_p, so the top token always stays.
-        drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= top_p[:, None]
-        sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
-        nucleus = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
-        logp = torch.where(greedy[:, None], logp, nucleus - torch.logsumexp(nucleus, dim=-1, keepdim=True))
-    ids: list[int] = []
-    lps: list[float] = []
-    for row, generator in enumerate(generators):
-        if greedy[row]:
-            token = int(logp[row].argmax())
-        else:
-            token = int(torch.multinomial(logp[row].exp(), 1, generator=generator))
-        ids.append(token)
-        lps.append(float(logp[row, token]))
-    return ids, lps
+__all__ = ["HFBackend", "sample_next"]
 
 
 class HFBackend:
     """Batched sampling with a local transformers causal LM.
 
+    Implements :class:`~agentgym.models.backend.GenerationBackend` (``generate``) and
+    :class:`~agentgym.models.backend.StreamingBackend` (``submit`` / ``advance``).
+
     Args:
         model: a causal LM in eval mode (see :func:`agentgym.models.loading.load_model`).
         tokenizer: its tokenizer.
         name: policy name for episode records.
-        max_batch_size: prompts sampled together in one decoding loop; more are processed in chunks.
+        max_batch_size: requests decoded together at most; more wait for a free row.
+        reuse_cache: keep keys and values across calls and batch continuously (the default); False
+            prefills every prompt from scratch in left-padded batches.
+        max_cache_gib: soft budget for cached keys and values (default: a quarter of the machine's
+            memory, or of the GPU's).
     """
 
     def __init__(
@@ -84,19 +60,28 @@ class HFBackend:
         *,
         name: str | None = None,
         max_batch_size: int = 64,
+        reuse_cache: bool = True,
+        max_cache_gib: float | None = None,
     ) -> None:
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if max_cache_gib is not None and not max_cache_gib > 0:
+            raise ValueError(f"max_cache_gib must be > 0, got {max_cache_gib}")
         self.model = model
         self.tokenizer = tokenizer
         self.name = name or f"hf:{getattr(model, 'name_or_path', '') or type(model).__name__}"
         self.max_batch_size = max_batch_size
+        self.reuse_cache = reuse_cache
         eos = model.generation_config.eos_token_id
         self._model_eos: tuple[int, ...] = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         self._pad_id = next(
             (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id, *self._model_eos) if t is not None), 0
         )
         self._context: int | None = getattr(model.config, "max_position_embeddings", None)
+        budget = int(max_cache_gib * 2**30) if max_cache_gib is not None else _default_cache_bytes(self.device)
+        self.engine = KVEngine(model, tokenizer, max_rows=max_batch_size, max_cache_bytes=budget, pad_token_id=self._pad_id)
+        self._keys = itertools.count()
+        self._lockstep = LockstepStream(self)
 
     @property
     def device(self) -> torch.device:
@@ -106,8 +91,47 @@ class HFBackend:
     def generate(
         self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
     ) -> list[Generation]:
-        """Sample one completion per prompt (left-padded batches of at most ``max_batch_size``)."""
+        """Sample one completion per prompt."""
         expanded = per_prompt_params(prompts, params, self.model.get_input_embeddings().num_embeddings)
+        if not self.reuse_cache:
+            return self._generate_from_scratch(prompts, expanded)
+        if self.engine.in_flight:
+            raise RuntimeError("generate() cannot run while submitted requests are in flight; use advance()")
+        keys = [("generate", next(self._keys)) for _ in prompts]
+        for key, prompt, p in zip(keys, prompts, expanded, strict=True):
+            self.engine.submit(key, prompt, p)
+        done: dict[object, Generation] = {}
+        while len(done) < len(keys):
+            done.update(self.engine.advance())
+        return [done[key] for key in keys]
+
+    def submit(self, key: Hashable, prompt: Sequence[int], params: SamplingParams) -> None:
+        """Queue one request; :meth:`advance` returns its generation under ``key``."""
+        per_prompt_params([prompt], params, self.model.get_input_embeddings().num_embeddings)
+        if self.reuse_cache:
+            self.engine.submit(key, prompt, params)
+        else:
+            self._lockstep.submit(key, prompt, params)
+
+    def advance(self) -> list[tuple[Hashable, Generation]]:
+        """Run until at least one submitted request finishes; return every finished ``(key, generation)``.
+
+        Without cache reuse, every request submitted since the last call is generated in one batch.
+        """
+        return self.engine.advance() if self.reuse_cache else self._lockstep.advance()
+
+    @property
+    def in_flight(self) -> int:
+        """Submitted requests not yet returned."""
+        return self.engine.in_flight if self.reuse_cache else self._lockstep.in_flight
+
+    def clear_cache(self) -> None:
+        """Forget cached keys and values (automatic after in-place weight updates)."""
+        self.engine.clear()
+
+    # -- the path without reuse ------------------------------------------------------------------
+
+    def _generate_from_scratch(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Generation]:
         if self._context is not None:
             for i, prompt in enumerate(prompts):
                 if len(prompt) >= self._context:
@@ -115,7 +139,7 @@ class HFBackend:
         out: list[Generation] = []
         for start in range(0, len(prompts), self.max_batch_size):
             end = start + self.max_batch_size
-            out.extend(self._generate_batch(prompts[start:end], expanded[start:end]))
+            out.extend(self._generate_batch(prompts[start:end], params[start:end]))
         return out
 
     def _new_row(self, prompt_length: int, params: SamplingParams) -> _Row:
@@ -126,20 +150,6 @@ class HFBackend:
         if self._context is not None:
             limit = min(limit, self._context - prompt_length)
         return _Row(params=params, limit=limit, stop_ids=stop_ids, generator=generator, token_ids=[], logprobs=[])
-
-    def _finish_reason(self, row: _Row) -> str | None:
-        if row.token_ids[-1] in row.stop_ids:
-            return "stop"
-        if row.params.stop:
-            # A character is at most 4 bytes and a token at least 1, so this tail holds any stop string
-            # that the newest token completed (an earlier occurrence would already have ended the row).
-            window = 4 * max(len(s) for s in row.params.stop) + 1
-            tail = self.tokenizer.decode(row.token_ids[-window:], skip_special_tokens=False)
-            if any(s in tail for s in row.params.stop):
-                return "stop"
-        if len(row.token_ids) >= row.limit:
-            return "length"
-        return None
 
     @torch.inference_mode()
     def _generate_batch(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Generation]:
@@ -155,17 +165,18 @@ class HFBackend:
         temperature = torch.tensor([p.temperature for p in params], device=device)
         top_p = torch.tensor([p.top_p for p in params], device=device)
         active = list(range(len(rows)))
+        keyword = cache_keyword(self.model)
         cache = None
         while True:
             output = self.model(
                 input_ids=input_ids,
                 attention_mask=attention,
                 position_ids=positions,
-                past_key_values=cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **{keyword: cache},
             )
-            cache = output.past_key_values
+            cache = getattr(output, keyword)
             ids, lps = sample_next(
                 output.logits[:, -1, :], temperature, top_p, [rows[i].generator for i in active]
             )
@@ -174,7 +185,7 @@ class HFBackend:
                 row = rows[i]
                 row.token_ids.append(ids[j])
                 row.logprobs.append(lps[j])
-                row.finish_reason = self._finish_reason(row)
+                row.finish_reason = finish_reason(self.tokenizer, row.token_ids, row.stop_ids, row.params.stop, row.limit)
                 if row.finish_reason is None:
                     keep.append(j)
             if not keep:
@@ -197,3 +208,26 @@ class HFBackend:
             )
             for row in rows
         ]
+
+
+@dataclass
+class _Row:
+    """Decoding state of one prompt on the path without reuse."""
+
+    params: SamplingParams
+    limit: int
+    stop_ids: frozenset[int]
+    generator: torch.Generator
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str | None = None
+
+
+def _default_cache_bytes(device: torch.device) -> int:
+    """A quarter of the device's memory (the machine's for CPU)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory // 4
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError, AttributeError):
+        return 4 * 2**30

@@ -5,13 +5,16 @@ server cannot re-tokenise it), and the sampled token ids come back as ids: vLLM'
 (``choices[i].token_ids``), or failing that ``return_tokens_as_token_ids``, which spells every logprob
 token as ``"token_id:<id>"``. ``logprobs`` asks for the sampled tokens' logprobs. When the server echoes
 ``prompt_token_ids`` they are checked against what was sent. Prompts are sent concurrently, one request
-each, so every prompt keeps its own seed.
+each, so every prompt keeps its own seed. Used as a
+:class:`~agentgym.models.backend.StreamingBackend`, each request goes out as soon as it is submitted
+and comes back as soon as the server finishes it: the server's own continuous batching (and vLLM's
+prefix caching) does the scheduling.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Hashable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -88,9 +91,13 @@ class OpenAICompatibleBackend:
         )
         self.model = model if model is not None else self._first_model()
         self.name = name or f"openai:{self.model}@{self.base_url}"
+        self._pool: ThreadPoolExecutor | None = None
+        self._running: dict[Future[Generation], Hashable] = {}
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
         self._client.close()
 
     def __enter__(self) -> OpenAICompatibleBackend:
@@ -129,6 +136,33 @@ class OpenAICompatibleBackend:
             return []
         with ThreadPoolExecutor(max_workers=min(self.max_concurrency, len(prompts))) as pool:
             return list(pool.map(self._complete, prompts, expanded))
+
+    @property
+    def in_flight(self) -> int:
+        """Submitted requests whose completion has not been returned by :meth:`advance` yet."""
+        return len(self._running)
+
+    def submit(self, key: Hashable, prompt: Sequence[int], params: SamplingParams) -> None:
+        """Send one request now (up to ``max_concurrency`` at once); :meth:`advance` returns it under ``key``."""
+        per_prompt_params([prompt], params, len(self.tokenizer))
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.max_concurrency, thread_name_prefix="agentgym-openai")
+        self._running[self._pool.submit(self._complete, prompt, params)] = key
+
+    def advance(self) -> list[tuple[Hashable, Generation]]:
+        """Wait for at least one submitted request; return every one that has finished.
+
+        A request that failed raises its :class:`BackendError` here (the others stay in flight).
+        """
+        if not self._running:
+            return []
+        done, _ = wait(list(self._running), return_when=FIRST_COMPLETED)
+        finished = [future for future in self._running if future in done]  # in submission order
+        for future in finished:
+            if future.exception() is not None:
+                del self._running[future]
+                raise future.exception()  # type: ignore[misc]
+        return [(self._running.pop(future), future.result()) for future in finished]
 
     def _complete(self, prompt: Sequence[int], params: SamplingParams) -> Generation:
         body: dict[str, Any] = {

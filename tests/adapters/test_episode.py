@@ -1,4 +1,4 @@
-"""TokenEpisode (the token-level episode every adapter drives) and the environment pool."""
+"""TokenEpisode (the episode driver the runner and every adapter share) and the environment pool."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from adapter_support import REFUND, ScriptedEngine, oracle_turns, rendered_conversation
 
-from agentgym.trainers.adapters.episode import TokenEpisode
+from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.pool import EnvPool
 from agentgym.trainers.adapters.spec import EnvSpec
@@ -17,10 +17,14 @@ def _spec(index: int = 0) -> EnvSpec:
     return EnvSpec.from_json(export_rows("openrlhf", REFUND, split="val", limit=index + 1)[index]["label"])
 
 
-def _start(spec: EnvSpec, tokenizer: Any, **options: Any) -> TokenEpisode:
+def _start(spec: EnvSpec, tokenizer: Any, response_budget: int | None = None, **settings: Any) -> TokenEpisode:
     env = spec.make()
     opening, _ = spec.reset(env)
-    return TokenEpisode(env, opening, tokenizer, **options)
+    rollout = RolloutSettings(**{"max_new_tokens": 4096, **settings})
+    episode = TokenEpisode(env, opening, rollout.renderer(tokenizer, env.unwrapped.tools), rollout)
+    if response_budget is not None:
+        episode.cap_response(response_budget)
+    return episode
 
 
 def test_oracle_episode_masks_exactly_the_sampled_tokens(tiny_tokenizer: Any) -> None:
@@ -44,12 +48,15 @@ def test_oracle_episode_masks_exactly_the_sampled_tokens(tiny_tokenizer: Any) ->
 def test_budget_stops_the_episode_and_scores_the_state(tiny_tokenizer: Any) -> None:
     spec = _spec()
     engine = ScriptedEngine(tiny_tokenizer, oracle_turns(spec))
-    episode = _start(spec, tiny_tokenizer, max_response_tokens=120)
+    episode = _start(spec, tiny_tokenizer, response_budget=120)
     while episode.wants_generation:
-        episode.play_turn(engine.next_turn(episode.token_ids)[: episode.budget_left])
+        episode.play_turn(engine.next_turn(episode.token_ids)[: episode.room()])
     assert episode.stopped_by_budget and len(engine.calls) < len(engine.turns)
     tokens = episode.split()
-    assert len(tokens.response_ids) == len(tokens.response_mask) == 120
+    # The budget is never exceeded; the reply that left no room for a turn was dropped, so the
+    # response ends with the last sampled turn (closed by an end-of-turn token).
+    assert len(tokens.response_ids) == len(tokens.response_mask) <= 120
+    assert episode.trajectory().segments[-1].kind in ("sampled", "closing")
     outcome = episode.outcome()
     assert (outcome.reward, outcome.terminated, outcome.truncated) == (0.0, False, True)
     assert "stopped before the episode ended" in outcome.reason
@@ -71,8 +78,10 @@ def test_phases_must_come_in_order(tiny_tokenizer: Any) -> None:
     episode.add_observation(reply)
     episode.stop()
     assert not episode.wants_generation and episode.outcome().truncated
-    with pytest.raises(ValueError, match="max_response_tokens"):
-        _start(_spec(), tiny_tokenizer, max_response_tokens=0)
+    with pytest.raises(ValueError, match="response budget"):
+        _start(_spec(), tiny_tokenizer, response_budget=0)
+    with pytest.raises(ValueError, match="max_total_tokens"):
+        _start(_spec(), tiny_tokenizer, max_total_tokens=1)
 
 
 def test_a_turn_the_budget_cut_is_closed_but_not_trained(tiny_tokenizer: Any) -> None:

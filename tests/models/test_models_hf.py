@@ -97,11 +97,13 @@ def test_more_prompts_than_the_batch_size(smollm, prompts) -> None:
     ]
 
 
-def test_generation_stops_at_the_end_of_the_context(smollm, prompts, monkeypatch) -> None:
+@pytest.mark.parametrize("reuse_cache", [True, False])
+def test_generation_stops_at_the_end_of_the_context(smollm, prompts, monkeypatch, reuse_cache) -> None:
     from agentgym.models import HFBackend
 
-    small = HFBackend(*smollm)
-    monkeypatch.setattr(small, "_context", len(prompts[0]) + 2)
+    small = HFBackend(*smollm, reuse_cache=reuse_cache)
+    # The engine (reuse_cache) and the plain path each read the model's context once.
+    monkeypatch.setattr(small.engine if reuse_cache else small, "_context", len(prompts[0]) + 2)
     [gen] = small.generate(prompts[:1], SamplingParams(temperature=0, max_new_tokens=10))
     assert len(gen.token_ids) <= 2
     with pytest.raises(ValueError, match="context is"):

@@ -73,7 +73,8 @@ def test_bundled_configs_load() -> None:
         ({"device": "gpu"}, r"device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
         ({"ref_device": "cuda:x"}, r"ref_device must be cpu, cuda or cuda:N"),
         ({"ref_device": "cpu", "lora.enabled": True}, r"ref_device does not apply with LoRA"),
-        ({"rollout.max_total_tokens": 1}, r"rollout\.max_total_tokens must be >= 2"),
+        ({"rollout.max_total_tokens": 1}, r"rollout\.max_total_tokens must be at least 2; got 1"),
+        ({"rollout.top_p": 0}, r"rollout\.top_p must be in \(0, 1\]"),
         ({"lora.dropout": 0.1}, r"lora\.dropout: unknown option"),
     ],
 )

@@ -1,10 +1,10 @@
 """Adapters that plug agentgym environments into RL trainers: verl, OpenRLHF and TRL (Unsloth).
 
-Framework-free modules (importable without any trainer installed):
+Framework-free modules (importable without any trainer installed; every adapter drives its
+episodes with :class:`agentgym.episode.TokenEpisode`, the driver the rollout runner uses too):
 
 * :mod:`~agentgym.trainers.adapters.spec`: the episode spec a dataset row carries;
 * :mod:`~agentgym.trainers.adapters.export`: task splits as each trainer's dataset rows;
-* :mod:`~agentgym.trainers.adapters.episode`: one episode driven token-in/token-out, with its loss mask;
 * :mod:`~agentgym.trainers.adapters.pool`: environments reused across episodes;
 * :mod:`~agentgym.trainers.adapters.trl`: TRL's ``environment_factory`` classes and ``rollout_func``.
 

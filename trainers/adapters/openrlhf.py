@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
+from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.models.chat import ToolMode
-from agentgym.trainers.adapters.episode import TokenEpisode
 from agentgym.trainers.adapters.pool import EnvPool, shared_pool
 from agentgym.trainers.adapters.spec import EnvSpec
 
@@ -61,7 +61,9 @@ class AgentInstance(AgentInstanceBase):
         env = await asyncio.to_thread(self.pool.acquire, spec)
         opening, _ = await asyncio.to_thread(spec.reset, env)
         self._spec = spec
-        self._episode = TokenEpisode(env, opening, self.tokenizer, tool_mode=self.tool_mode, template_kwargs=self.template_kwargs)
+        # OpenRLHF's executor budgets the episode itself (max_len); step() ends it before that runs out.
+        settings = RolloutSettings(tool_mode=self.tool_mode, template_kwargs=self.template_kwargs)
+        self._episode = TokenEpisode(env, opening, settings.renderer(self.tokenizer, env.unwrapped.tools), settings)
         return {"observation": self._text(self._episode.token_ids)}
 
     async def step(self, states: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

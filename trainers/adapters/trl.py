@@ -38,11 +38,10 @@ import gymnasium as gym
 import numpy as np
 
 from agentgym.env import EpisodeOver
-from agentgym.models.backend import SamplingParams
+from agentgym.episode import EpisodeOutcome, RolloutSettings, TokenEpisode, episode_outcome
 from agentgym.models.chat import ToolMode
 from agentgym.models.loading import ModelLoadError
 from agentgym.tools import Tool, tools_of
-from agentgym.trainers.adapters.episode import EpisodeOutcome, TokenEpisode, episode_outcome
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.pool import EnvPool
 from agentgym.trainers.adapters.spec import EnvSpec, SpecError
@@ -210,13 +209,20 @@ class RolloutFunction:
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         specs = [_spec_from_prompt(p) for p in prompts]
         tokenizer = getattr(trainer.processing_class, "tokenizer", trainer.processing_class)
-        budget = int(trainer.args.max_completion_length)
+        settings = RolloutSettings(
+            max_new_tokens=self.max_turn_tokens,
+            temperature=float(trainer.args.temperature),
+            top_p=float(trainer.args.top_p),
+            template_kwargs=self.template_kwargs,
+            tool_mode=self.tool_mode,
+        )
         envs = [self.pool.acquire(spec) for spec in specs]
         try:
-            episodes = [
-                TokenEpisode(env, spec.reset(env)[0], tokenizer, max_response_tokens=budget, tool_mode=self.tool_mode, template_kwargs=self.template_kwargs)
-                for env, spec in zip(envs, specs, strict=True)
-            ]
+            episodes = []
+            for env, spec in zip(envs, specs, strict=True):
+                episode = TokenEpisode(env, spec.reset(env)[0], settings.renderer(tokenizer, env.unwrapped.tools), settings)
+                episode.cap_response(int(trainer.args.max_completion_length))  # TRL budgets the completion
+                episodes.append(episode)
             self._play(episodes, trainer, tokenizer)
             return _rollout_output(episodes)
         finally:
@@ -230,8 +236,6 @@ class RolloutFunction:
 
         rank = int(trainer.accelerator.process_index)
         step = int(trainer.state.global_step)
-        temperature = float(trainer.args.temperature)
-        top_p = float(trainer.args.top_p)
         # TRL's own generation context: gathers ZeRO-3 shards and switches off gradient checkpointing.
         with unwrap_model_for_generation(
             trainer.model_wrapped,
@@ -242,23 +246,23 @@ class RolloutFunction:
             was_training = model.training
             model.eval()  # sampling must not see dropout
             try:
+                # Continuous batching with key/value reuse: an episode's next turn is submitted as soon as
+                # its environment replied, and only its new tokens are prefilled.
                 backend = HFBackend(model, tokenizer)
-                turn = 0
-                while active := [(i, e) for i, e in enumerate(episodes) if e.wants_generation]:
-                    params = [
-                        SamplingParams(
-                            temperature=temperature,
-                            top_p=top_p,
-                            max_new_tokens=min(self.max_turn_tokens, e.budget_left if e.budget_left is not None else self.max_turn_tokens),
-                            seed=int(np.random.SeedSequence([self.seed, step, rank, i, turn]).generate_state(1)[0]),
-                            stop_token_ids=(e.renderer.eot_token_id,),
-                        )
-                        for i, e in active
-                    ]
-                    generations = backend.generate([e.token_ids for _, e in active], params)
-                    for (_, episode), generation in zip(active, generations, strict=True):
-                        episode.play_turn(generation.token_ids, generation.logprobs)
-                    turn += 1
+
+                def submit(i: int) -> None:
+                    episode = episodes[i]
+                    seed = int(np.random.SeedSequence([self.seed, step, rank, i, len(episode.turns)]).generate_state(1)[0])
+                    backend.submit(i, episode.token_ids, episode.sampling_params(seed))
+
+                for i, episode in enumerate(episodes):
+                    if episode.wants_generation:
+                        submit(i)
+                while backend.in_flight:
+                    for i, generation in backend.advance():
+                        episodes[i].play_turn(generation.token_ids, generation.logprobs)
+                        if episodes[i].wants_generation:
+                            submit(i)
             finally:
                 model.train(was_training)
 

@@ -24,8 +24,8 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 from verl.utils.profiler import simple_timer
 
+from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.models.chat import ToolMode
-from agentgym.trainers.adapters.episode import TokenEpisode
 from agentgym.trainers.adapters.pool import EnvPool, shared_pool
 from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec
 
@@ -69,9 +69,10 @@ class AgentGymAgentLoop(AgentLoopBase):
         env = await asyncio.to_thread(self.pool.acquire, spec)
         try:
             opening, _ = await asyncio.to_thread(spec.reset, env)
-            episode = TokenEpisode(
-                env, opening, self.tokenizer, max_response_tokens=self.response_length, tool_mode=self.tool_mode, template_kwargs=self.template_kwargs
-            )
+            # verl budgets the response: every turn may use what is left of it.
+            settings = RolloutSettings(max_new_tokens=self.response_length, tool_mode=self.tool_mode, template_kwargs=self.template_kwargs)
+            episode = TokenEpisode(env, opening, settings.renderer(self.tokenizer, env.unwrapped.tools), settings)
+            episode.cap_response(self.response_length)
             if episode.prompt_length > self.prompt_length:
                 raise ValueError(
                     f"{spec.env_id} task {spec.task_id!r}: the prompt has {episode.prompt_length} tokens with the tool "
@@ -86,7 +87,7 @@ class AgentGymAgentLoop(AgentLoopBase):
                     output = await self.server_manager.generate(
                         request_id=request_id,
                         prompt_ids=episode.token_ids,
-                        sampling_params={**sampling_params, "max_tokens": episode.budget_left},
+                        sampling_params={**sampling_params, "max_tokens": episode.room()},
                     )
                 logprobs_reported &= output.log_probs is not None
                 content = episode.add_generation(output.token_ids, output.log_probs)

@@ -1,0 +1,491 @@
+"""Continuous batching with key/value reuse for a local transformers causal LM.
+
+Agent rollouts send the same tokens to the model again and again: every turn of an episode
+resends the whole conversation, the ``G`` episodes of a GRPO group share their opening prompt,
+and every task of an environment shares its system prompt and tool schemas. :class:`KVEngine`
+computes each of those tokens once:
+
+* **Across turns.** A finished request leaves its row of keys and values resident
+  (:class:`~agentgym.models.kv_cache.KVRows`). When the next prompt starts with that row's tokens
+  (the episode's next turn: the conversation so far plus the environment's reply), the request
+  takes the row over and only the new tokens are prefilled.
+* **Across a group and across tasks.** Otherwise the request copies the longest prefix it shares
+  with any cached row (a sibling's prompt, another task's system prompt) into a row of its own.
+  Requests admitted together are prefilled in token order, so the first of a group computes the
+  shared prompt and the others copy it; identical prompts also share the first token's logits.
+* **Continuous batching.** :meth:`KVEngine.advance` decodes every running request one token per
+  forward pass and returns as soon as any of them finishes; new requests join at the next call,
+  so the batch is never held back by its slowest member.
+
+Results depend only on the requests and the order of calls: rows, copies and batch composition
+are chosen deterministically, and every request samples from its own seeded generator.
+
+Cached rows are only valid for the weights that computed them. The engine notices in-place
+weight updates (an optimiser step) through the parameters' version counters and drops its cache;
+:meth:`KVEngine.clear` does it explicitly.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from agentgym.models.backend import Generation, SamplingParams, decode_visible, stop_token_set
+from agentgym.models.kv_cache import KVRows
+
+__all__ = ["EngineStats", "KVEngine", "cache_keyword", "finish_reason", "sample_next"]
+
+# Buffer capacities are rounded up to a multiple of this many tokens.
+_CAPACITY_GRANULARITY = 256
+
+
+def sample_next(
+    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, generators: Sequence[torch.Generator]
+) -> tuple[list[int], list[float]]:
+    """Draw one token per row of ``logits`` ``[B, V]`` and return (ids, logprobs under the sampling distribution).
+
+    Rows with temperature 0 are decoded greedily and report the logprob under the untempered distribution.
+    """
+    greedy = temperature == 0
+    scale = torch.where(greedy, torch.ones_like(temperature), temperature)
+    logp = torch.log_softmax(logits.float() / scale[:, None], dim=-1)
+    if bool((top_p < 1).any()):
+        sorted_logp, order = logp.sort(dim=-1, descending=True)
+        sorted_p = sorted_logp.exp()
+        # Keep a token while the mass strictly before it is below top_p, so the top token always stays.
+        drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= top_p[:, None]
+        sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
+        nucleus = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
+        logp = torch.where(greedy[:, None], logp, nucleus - torch.logsumexp(nucleus, dim=-1, keepdim=True))
+    ids: list[int] = []
+    lps: list[float] = []
+    for row, generator in enumerate(generators):
+        if greedy[row]:
+            token = int(logp[row].argmax())
+        else:
+            token = int(torch.multinomial(logp[row].exp(), 1, generator=generator))
+        ids.append(token)
+        lps.append(float(logp[row, token]))
+    return ids, lps
+
+
+def finish_reason(
+    tokenizer: PreTrainedTokenizerBase, token_ids: Sequence[int], stop_ids: frozenset[int], stop: Sequence[str], limit: int
+) -> str | None:
+    """Why a completion ending in ``token_ids`` is over (``"stop"`` or ``"length"``), or None if it goes on."""
+    if token_ids[-1] in stop_ids:
+        return "stop"
+    if stop:
+        # A character is at most 4 bytes and a token at least 1, so this tail holds any stop string
+        # that the newest token completed (an earlier occurrence would already have ended the completion).
+        window = 4 * max(len(s) for s in stop) + 1
+        tail = tokenizer.decode(list(token_ids[-window:]), skip_special_tokens=False)
+        if any(s in tail for s in stop):
+            return "stop"
+    if len(token_ids) >= limit:
+        return "length"
+    return None
+
+
+@dataclass
+class EngineStats:
+    """Counters of the work an engine did (cumulative; see :meth:`KVEngine.reset_stats`).
+
+    Attributes:
+        prompt_tokens: prompt tokens requested.
+        reused_tokens: prompt tokens whose keys/values came from the cache instead of a forward pass.
+        prefilled_tokens: prompt tokens run through the model.
+        decoded_tokens: tokens sampled.
+        prefill_s: seconds in prefill forward passes.
+        decode_s: seconds in decode forward passes and sampling.
+        decode_steps: decode forward passes.
+        peak_cache_bytes: largest size the key/value buffers reached.
+    """
+
+    prompt_tokens: int = 0
+    reused_tokens: int = 0
+    prefilled_tokens: int = 0
+    decoded_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    decode_steps: int = 0
+    peak_cache_bytes: int = 0
+
+
+@dataclass(eq=False)
+class _Request:
+    key: Hashable
+    prompt: tuple[int, ...]
+    params: SamplingParams
+    limit: int  # max_new_tokens, lowered when the model's context would run out first
+    stop_ids: frozenset[int]
+    generator: torch.Generator
+    row: int = -1
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str | None = None
+
+
+def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    diff = np.flatnonzero(a[:n] != b[:n])
+    return int(diff[0]) if len(diff) else n
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward keyword that takes the cache: ``cache`` in newer transformers, ``past_key_values`` before."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
+class KVEngine:
+    """Schedules generation requests over one model with key/value reuse (see the module docstring).
+
+    Args:
+        model: a causal LM in eval mode.
+        tokenizer: its tokenizer (stop strings and visible text).
+        max_rows: requests decoded together at most (more wait for a row).
+        max_cache_bytes: soft budget for the key/value buffers; requests wait rather than grow past
+            it, unless nothing else is running.
+        prefill_chunk: prompt tokens per prefill forward pass at most (bounds activation memory).
+        pad_token_id: token fed to rows that sit out a decode pass.
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        max_rows: int,
+        max_cache_bytes: int,
+        prefill_chunk: int = 2048,
+        pad_token_id: int = 0,
+    ) -> None:
+        config = model.config
+        text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
+        head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // text_config.num_attention_heads
+        kv_heads = getattr(text_config, "num_key_value_heads", None) or text_config.num_attention_heads
+        parameter = next(model.parameters())
+        self.model = model
+        self.tokenizer = tokenizer
+        self.max_rows = max_rows
+        self.max_cache_bytes = max_cache_bytes
+        self.prefill_chunk = prefill_chunk
+        self.pad_token_id = pad_token_id
+        self.rows = KVRows(text_config.num_hidden_layers, kv_heads, head_dim, dtype=parameter.dtype, device=parameter.device)
+        self.stats = EngineStats()
+        self._cache_keyword = cache_keyword(model)
+        self._context: int | None = getattr(text_config, "max_position_embeddings", None)
+        eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
+        self._model_eos: tuple[int, ...] = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        self._waiting: deque[_Request] = deque()
+        self._tokens: list[list[int]] = []  # per row: the tokens whose keys/values it holds
+        self._owner: list[_Request | None] = []  # per row: the request decoding in it
+        self._used: list[int] = []  # per row: tick of last use (least recently used rows are evicted first)
+        self._tick = 0
+        self._weights = self._weights_version()
+
+    # -- public interface ------------------------------------------------------------------------
+
+    @property
+    def in_flight(self) -> int:
+        """Requests submitted and not yet returned by :meth:`advance`."""
+        return len(self._waiting) + sum(owner is not None for owner in self._owner)
+
+    def submit(self, key: Hashable, prompt: Sequence[int], params: SamplingParams) -> None:
+        """Queue a request; :meth:`advance` returns its :class:`Generation` under ``key``."""
+        prompt = tuple(int(t) for t in prompt)
+        limit = params.max_new_tokens
+        if self._context is not None:
+            if len(prompt) >= self._context:
+                raise ValueError(f"a prompt has {len(prompt)} tokens; the model's context is {self._context}")
+            limit = min(limit, self._context - len(prompt))
+        generator = torch.Generator(device=self.rows.device)
+        generator.manual_seed(params.seed)
+        stop_ids = stop_token_set(self.tokenizer, (*self._model_eos, *params.stop_token_ids))
+        self._waiting.append(_Request(key, prompt, params, limit, stop_ids, generator))
+
+    @torch.inference_mode()
+    def advance(self) -> list[tuple[Hashable, Generation]]:
+        """Admit waiting requests, then decode until at least one request finishes; return the finished ones."""
+        if not self.in_flight:
+            return []
+        self._drop_stale_cache()
+        finished = self._admit()
+        while not finished:
+            finished = self._decode_step()
+        self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, self.rows.nbytes)
+        return [(request.key, self._generation(request)) for request in finished]
+
+    def clear(self) -> None:
+        """Forget every cached row (call after changing the weights in a way version counters miss)."""
+        if any(owner is not None for owner in self._owner):
+            raise RuntimeError("cannot clear the cache while requests are running")
+        self.rows.clear()
+        self._tokens, self._owner, self._used = [], [], []
+
+    def reset_stats(self) -> None:
+        """Zero the counters in :attr:`stats`."""
+        self.stats = EngineStats()
+
+    # -- rows ------------------------------------------------------------------------------------
+
+    def _weights_version(self) -> int:
+        return sum(p._version for p in self.model.parameters())
+
+    def _drop_stale_cache(self) -> None:
+        version = self._weights_version()
+        if version != self._weights and not any(owner is not None for owner in self._owner):
+            self.clear()
+        self._weights = version
+
+    def _free_rows(self, reserved: set[int]) -> list[int]:
+        """Rows a new request may take: empty ones first, then cached ones, least recently used first."""
+        idle = [r for r in range(self.rows.num_rows) if self._owner[r] is None and r not in reserved]
+        return sorted(idle, key=lambda r: (bool(self._tokens[r]), self._used[r], r))
+
+    def _grow(self, rows: int, capacity: int) -> None:
+        """Make room for ``rows`` rows of ``capacity`` tokens; capacity grows geometrically when the budget allows."""
+        if capacity > self.rows.capacity:
+            step = _CAPACITY_GRANULARITY
+            doubled = -(-max(capacity, 2 * self.rows.capacity) // step) * step
+            if self._context is not None:
+                doubled = min(doubled, self._context + 1)
+            capacity = doubled if self._fits(rows, doubled) else -(-capacity // step) * step
+        self.rows.reserve(rows, capacity)
+        grown = self.rows.num_rows - len(self._tokens)
+        self._tokens.extend([] for _ in range(grown))
+        self._owner.extend([None] * grown)
+        self._used.extend([0] * grown)
+
+    def _fits(self, rows: int, capacity: int) -> bool:
+        return rows * (max(capacity, self.rows.capacity) + 1) * self.rows.bytes_per_token <= self.max_cache_bytes
+
+    def _continuation_row(self, request: _Request, taken: set[int]) -> int | None:
+        """A cached row whose tokens start the request's prompt (its own previous turn), if any."""
+        best, best_length = None, 0
+        for r, tokens in enumerate(self._tokens):
+            if self._owner[r] is None and r not in taken and best_length < len(tokens) < len(request.prompt):
+                if request.prompt[: len(tokens)] == tuple(tokens):
+                    best, best_length = r, len(tokens)
+        return best
+
+    # -- admission and prefill -------------------------------------------------------------------
+
+    def _admit(self) -> list[_Request]:
+        """Give waiting requests rows (first come, first served) and prefill them; return any already finished."""
+        if not self._waiting:
+            return []
+        admitted: list[_Request] = []
+        continuations: dict[int, int] = {}  # id(request) -> its own cached row, taken over in place
+        busy = sum(owner is not None for owner in self._owner)
+        idle = self.rows.num_rows - busy
+        capacity = self.rows.capacity
+        for request in self._waiting:
+            if busy + len(admitted) >= self.max_rows:
+                break
+            row = self._continuation_row(request, set(continuations.values()))
+            reserved = len(continuations) + (row is not None)
+            fresh = len(admitted) + 1 - reserved
+            rows_after = self.rows.num_rows + max(0, fresh - (idle - reserved))
+            needed = max(capacity, len(request.prompt) + request.limit + 1)
+            if (admitted or busy) and not self._fits(rows_after, needed):
+                break
+            if row is not None:
+                continuations[id(request)] = row
+            admitted.append(request)
+            capacity = needed
+        for _ in admitted:
+            self._waiting.popleft()
+        fresh = len(admitted) - len(continuations)
+        self._grow(self.rows.num_rows + max(0, fresh - (idle - len(continuations))), capacity)
+        self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, self.rows.nbytes)
+
+        # Token order: a request's longest shared prefix is usually with the one just before it.
+        shared_logits: dict[int, torch.Tensor] = {}
+        finished: list[_Request] = []
+        for request in sorted(admitted, key=lambda q: q.prompt):
+            row = continuations.get(id(request))
+            self._prefill(request, row, continuations, shared_logits)
+            if request.finish_reason is not None:
+                finished.append(request)
+                self._release(request)
+        return finished
+
+    def _source(self, prompt: np.ndarray) -> tuple[int | None, int]:
+        """The row sharing the longest cached prefix with ``prompt``, and that length."""
+        best, best_length = None, 0
+        for r, tokens in enumerate(self._tokens):
+            if len(tokens) <= best_length:
+                continue
+            length = _common_prefix(prompt, np.asarray(tokens, dtype=np.int64))
+            if length > best_length:
+                best, best_length = r, length
+        return best, best_length
+
+    def _take_row(self, source: int | None, reserved: set[int]) -> int:
+        """A row for a new sequence: an empty or evictable row, never one still needed."""
+        candidates = self._free_rows(reserved)
+        if source is not None and self._owner[source] is None and len(candidates) == 1 and candidates[0] == source:
+            return source  # the only row left is the source itself: keep its prefix in place
+        rest = [r for r in candidates if r != source]
+        if not rest:
+            raise RuntimeError("no key/value row is free")  # _admit sized the rows; this is a bug
+        return rest[0]
+
+    def _prefill(
+        self,
+        request: _Request,
+        row: int | None,
+        continuations: dict[int, int],
+        shared_logits: dict[int, torch.Tensor],
+    ) -> None:
+        prompt = request.prompt
+        reserved = {r for key, r in continuations.items() if key != id(request)}
+        if row is not None:
+            keep = len(self._tokens[row])
+            logits = None
+        else:
+            array = np.asarray(prompt, dtype=np.int64)
+            source, shared = self._source(array)
+            row = self._take_row(source, reserved)
+            logits = shared_logits.get(source) if source is not None and shared == len(prompt) == len(self._tokens[source]) else None
+            # At least one prompt token is run through the model unless its logits are known.
+            keep = shared if logits is not None else min(shared, len(prompt) - 1)
+            if source is not None and keep:
+                self.rows.copy_prefix(source, row, keep)
+        self.rows.lengths[row] = keep
+        self._tokens[row] = list(prompt[:keep])
+        shared_logits.pop(row, None)
+        self._owner[row] = request
+        request.row = row
+        self.stats.prompt_tokens += len(prompt)
+        self.stats.reused_tokens += keep
+        if logits is None:
+            logits = self._forward_prompt(row, prompt[keep:])
+        shared_logits[row] = logits
+        ids, lps = sample_next(
+            logits[None],
+            torch.tensor([request.params.temperature], device=logits.device),
+            torch.tensor([request.params.top_p], device=logits.device),
+            [request.generator],
+        )
+        self._append(request, ids[0], lps[0])
+
+    def _forward_prompt(self, row: int, tokens: Sequence[int]) -> torch.Tensor:
+        """Run ``tokens`` through the model after the row's cached ones; the logits after the last."""
+        import time
+
+        started = time.perf_counter()
+        logits = None
+        for start in range(0, len(tokens), self.prefill_chunk):
+            chunk = list(tokens[start : start + self.prefill_chunk])
+            logits = self._forward(slice(row, row + 1), [chunk], [True])[0]
+            self._tokens[row].extend(chunk)
+        self.stats.prefilled_tokens += len(tokens)
+        self.stats.prefill_s += time.perf_counter() - started
+        assert logits is not None
+        return logits
+
+    def _forward(self, rows: slice, tokens: Sequence[Sequence[int]], active: Sequence[bool]) -> torch.Tensor:
+        """One forward pass over ``rows``; each active row appends its ``tokens`` (equal lengths). Last logits ``[rows, V]``."""
+        width = max(len(t) for t in tokens)
+        starts = [self.rows.lengths[r] for r in range(rows.start, rows.stop)]
+        view = self.rows.view(rows, starts, width, active=active)
+        input_ids = torch.full((len(tokens), width), self.pad_token_id, dtype=torch.long, device=self.rows.device)
+        for i, ids in enumerate(tokens):
+            if active[i]:
+                input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=view.attention_mask(self.rows.dtype),
+            position_ids=view.position_ids(),
+            use_cache=True,
+            logits_to_keep=1,
+            **{self._cache_keyword: view},
+        )
+        for i, r in enumerate(range(rows.start, rows.stop)):
+            if active[i]:
+                self.rows.lengths[r] += width
+        return output.logits[:, -1, :]
+
+    # -- decoding --------------------------------------------------------------------------------
+
+    def _decode_step(self) -> list[_Request]:
+        """Feed every running request its last sampled token and sample the next one."""
+        import time
+
+        started = time.perf_counter()
+        self._compact()
+        running = [r for r, owner in enumerate(self._owner) if owner is not None]
+        lo, hi = running[0], running[-1] + 1
+        requests = [self._owner[r] for r in range(lo, hi)]
+        active = [q is not None for q in requests]
+        tokens = [[q.token_ids[-1]] if q is not None else [self.pad_token_id] for q in requests]
+        logits = self._forward(slice(lo, hi), tokens, active)
+        live = [q for q in requests if q is not None]
+        for q in live:
+            self._tokens[q.row].append(q.token_ids[-1])
+        index = torch.tensor([i for i, a in enumerate(active) if a], device=logits.device)
+        ids, lps = sample_next(
+            logits[index],
+            torch.tensor([q.params.temperature for q in live], device=logits.device),
+            torch.tensor([q.params.top_p for q in live], device=logits.device),
+            [q.generator for q in live],
+        )
+        finished = []
+        for q, token, lp in zip(live, ids, lps, strict=True):
+            self._append(q, token, lp)
+            if q.finish_reason is not None:
+                finished.append(q)
+                self._release(q)
+        self.stats.decode_steps += 1
+        self.stats.decode_s += time.perf_counter() - started
+        return finished
+
+    def _compact(self) -> None:
+        """Move running requests down into idle rows when idle rows inside the batch waste too much."""
+        running = [r for r, owner in enumerate(self._owner) if owner is not None]
+        span = running[-1] + 1 - running[0]
+        if span - len(running) <= max(2, len(running) // 4):
+            return
+        targets = iter(r for r in range(running[0], running[-1] + 1) if self._owner[r] is None)
+        for source in reversed(running):
+            target = next(targets, None)
+            if target is None or target > source:
+                break
+            request = self._owner[source]
+            assert request is not None
+            self.rows.copy_prefix(source, target, self.rows.lengths[source])
+            self._tokens[target], self._tokens[source] = self._tokens[source], []
+            self._owner[target], self._owner[source] = request, None
+            self.rows.lengths[source] = 0
+            request.row = target
+
+    def _append(self, request: _Request, token: int, logprob: float) -> None:
+        request.token_ids.append(token)
+        request.logprobs.append(logprob)
+        self.stats.decoded_tokens += 1
+        request.finish_reason = finish_reason(
+            self.tokenizer, request.token_ids, request.stop_ids, request.params.stop, request.limit
+        )
+
+    def _release(self, request: _Request) -> None:
+        """The request's row stays cached (its tokens minus the last sampled one, never fed back)."""
+        self._owner[request.row] = None
+        self._tick += 1
+        self._used[request.row] = self._tick
+
+    def _generation(self, request: _Request) -> Generation:
+        return Generation(
+            token_ids=tuple(request.token_ids),
+            logprobs=tuple(request.logprobs),
+            text=decode_visible(self.tokenizer, request.token_ids),
+            finish_reason="stop" if request.finish_reason == "stop" else "length",
+        )

@@ -1,0 +1,161 @@
+"""Key/value storage for the local engine: one row per cached sequence, reused across turns.
+
+:class:`KVRows` keeps, for every layer, a key and a value buffer of shape
+``[rows, kv_heads, capacity + 1, head_dim]``. Row ``r`` holds the keys and values of the tokens
+``tokens(r)`` at positions ``0 .. length(r) - 1``, contiguously, so a sequence that grows by a turn
+only appends. Column ``capacity`` is scratch: rows that take part in a batched forward pass without
+a token of their own write there and never read it back.
+
+A forward pass sees the buffers through a :class:`RowsView`, which the transformers model calls
+as its cache (``cache.update(keys, values, layer_idx)``): it writes each row's new keys and values
+at that row's own offsets and returns the buffers up to the longest row, as a view when the rows
+are contiguous. The attention mask that goes with it (:meth:`RowsView.attention_mask`) lets each
+query see exactly the positions of its own row up to itself, so rows of different lengths share a
+batch without padding in the middle of any sequence.
+
+Everything written past a row's length is finite (buffers start at zero), so masked positions can
+never turn a softmax into NaN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["KVRows", "RowsView"]
+
+
+class KVRows:
+    """Per-layer key/value buffers with one row per cached sequence.
+
+    Args:
+        num_layers: attention layers of the model.
+        kv_heads: key/value heads per layer.
+        head_dim: size of one head.
+        dtype: buffer dtype (the model's).
+        device: buffer device (the model's).
+    """
+
+    def __init__(self, num_layers: int, kv_heads: int, head_dim: int, *, dtype: torch.dtype, device: torch.device) -> None:
+        self.num_layers = num_layers
+        self.kv_heads = kv_heads
+        self.head_dim = head_dim
+        self.dtype = dtype
+        self.device = device
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.lengths: list[int] = []
+        self.capacity = 0
+        self._allocate(0, 0)
+
+    @property
+    def num_rows(self) -> int:
+        """Rows allocated."""
+        return len(self.lengths)
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes one cached token takes over all layers (keys and values)."""
+        return 2 * self.num_layers * self.kv_heads * self.head_dim * torch.empty((), dtype=self.dtype).element_size()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the buffers take now."""
+        return self.num_rows * (self.capacity + 1) * self.bytes_per_token
+
+    def _allocate(self, rows: int, capacity: int) -> None:
+        shape = (rows, self.kv_heads, capacity + 1, self.head_dim)
+        keep_rows, keep_len = min(rows, self.num_rows), min(capacity, self.capacity)
+        keys, values = [], []
+        for layer in range(self.num_layers):
+            k = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            v = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            if self.keys and keep_rows and keep_len:
+                k[:keep_rows, :, :keep_len] = self.keys[layer][:keep_rows, :, :keep_len]
+                v[:keep_rows, :, :keep_len] = self.values[layer][:keep_rows, :, :keep_len]
+            keys.append(k)
+            values.append(v)
+        # Drop the old buffers before the caller allocates anything else.
+        self.keys, self.values = keys, values
+        self.lengths = (self.lengths + [0] * rows)[:rows]
+        self.capacity = capacity
+
+    def reserve(self, rows: int, capacity: int) -> None:
+        """Grow to at least ``rows`` rows of at least ``capacity`` tokens (never shrinks)."""
+        if rows > self.num_rows or capacity > self.capacity:
+            self._allocate(max(rows, self.num_rows), max(capacity, self.capacity))
+
+    def clear(self) -> None:
+        """Release every buffer."""
+        self.keys, self.values, self.lengths, self.capacity = [], [], [], 0
+        self._allocate(0, 0)
+
+    def copy_prefix(self, source: int, target: int, length: int) -> None:
+        """Make ``target`` hold the first ``length`` cached tokens of ``source``."""
+        if source != target and length:
+            for k, v in zip(self.keys, self.values, strict=True):
+                k[target, :, :length] = k[source, :, :length]
+                v[target, :, :length] = v[source, :, :length]
+        self.lengths[target] = length
+
+    def view(self, rows: slice, starts: Sequence[int], query_length: int, *, active: Sequence[bool]) -> RowsView:
+        """A cache view for one forward pass over ``rows`` (a contiguous range).
+
+        Args:
+            rows: the rows in the batch, in order.
+            starts: per row, the position of its first new token (its cached length).
+            query_length: new tokens per row in this pass (rows with fewer are padded at the end).
+            active: per row, whether it has tokens in this pass; inactive rows write to scratch.
+        """
+        return RowsView(self, rows, starts, query_length, active)
+
+
+class RowsView:
+    """The cache object one forward pass hands to the model (see :class:`KVRows`)."""
+
+    is_compileable = False
+
+    def __init__(self, store: KVRows, rows: slice, starts: Sequence[int], query_length: int, active: Sequence[bool]) -> None:
+        device = store.device
+        self.store = store
+        self.rows = rows
+        offsets = torch.arange(query_length, device=device)
+        first = torch.tensor(list(starts), device=device)
+        is_active = torch.tensor(list(active), device=device)
+        # Inactive rows write every query position to the scratch column.
+        scratch = torch.full_like(first, store.capacity)
+        self.positions = torch.where(is_active[:, None], first[:, None] + offsets, scratch[:, None])
+        self.kv_length = max((s + query_length for s, a in zip(starts, active, strict=True) if a), default=1)
+        if self.kv_length > store.capacity:
+            raise ValueError(f"a row needs {self.kv_length} positions; the buffers hold {store.capacity}")
+        self._row_index = torch.arange(rows.start, rows.stop, device=device)[:, None]
+
+    def attention_mask(self, dtype: torch.dtype) -> torch.Tensor:
+        """Additive mask ``[rows, 1, query, kv]``: each query sees its row's positions up to its own.
+
+        Inactive rows see every position (their output is discarded; a fully masked row would be NaN).
+        """
+        kv = torch.arange(self.kv_length, device=self.positions.device)
+        allowed = kv[None, None, :] <= self.positions[:, :, None]
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+        return mask[:, None]
+
+    def position_ids(self) -> torch.Tensor:
+        """Rotary positions ``[rows, query]`` of the new tokens (0 for inactive rows)."""
+        return torch.where(self.positions >= self.store.capacity, 0, self.positions)
+
+    # -- the cache interface transformers' attention layers call ---------------------------------
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new keys/values ``[rows, heads, query, dim]`` and return the cached ones up to the longest row."""
+        keys, values = self.store.keys[layer_idx], self.store.values[layer_idx]
+        keys[self._row_index, :, self.positions] = key_states.transpose(1, 2).to(keys.dtype)
+        values[self._row_index, :, self.positions] = value_states.transpose(1, 2).to(values.dtype)
+        return keys[self.rows, :, : self.kv_length], values[self.rows, :, : self.kv_length]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Positions the attention sees before this pass's tokens (for code that asks)."""
+        return self.kv_length - self.positions.shape[1]
