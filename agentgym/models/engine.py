@@ -27,9 +27,11 @@ weight updates (an optimiser step) through the parameters' version counters and 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import time
 from collections import deque
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,11 +40,18 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentgym.models.backend import Generation, SamplingParams, decode_visible, stop_token_set
 from agentgym.models.kv_cache import KVRows
+from agentgym.models.prefix_attention import SharedPrefix, shared_prefix, supports_shared_prefix
 
 __all__ = ["EngineStats", "KVEngine", "cache_keyword", "finish_reason", "sample_next"]
 
 # Buffer capacities are rounded up to a multiple of this many tokens.
 _CAPACITY_GRANULARITY = 256
+# Prompt tokens (padding included) one batched prefill pass may carry.
+_PREFILL_BATCH_TOKENS = 4096
+# Decode passes with at most this many rows compute their linear layers as weight @ x.T.
+_SKINNY_ROWS = 64
+# Shared-prefix decode attention pays off from this many shared tokens on.
+_MIN_SHARED_PREFIX = 64
 
 
 def sample_next(
@@ -51,6 +60,7 @@ def sample_next(
     """Draw one token per row of ``logits`` ``[B, V]`` and return (ids, logprobs under the sampling distribution).
 
     Rows with temperature 0 are decoded greedily and report the logprob under the untempered distribution.
+    Row ``i`` draws with ``generators[i]`` only, so its token does not depend on the other rows.
     """
     greedy = temperature == 0
     scale = torch.where(greedy, torch.ones_like(temperature), temperature)
@@ -63,16 +73,14 @@ def sample_next(
         sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
         nucleus = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
         logp = torch.where(greedy[:, None], logp, nucleus - torch.logsumexp(nucleus, dim=-1, keepdim=True))
-    ids: list[int] = []
-    lps: list[float] = []
-    for row, generator in enumerate(generators):
-        if greedy[row]:
-            token = int(logp[row].argmax())
-        else:
-            token = int(torch.multinomial(logp[row].exp(), 1, generator=generator))
-        ids.append(token)
-        lps.append(float(logp[row, token]))
-    return ids, lps
+    # Inverse-CDF sampling: one uniform draw per row from its own generator (a multinomial draw
+    # costs about a millisecond per row at a 50k vocabulary; this is a cumulative sum and a search).
+    uniforms = torch.stack([torch.rand((), generator=g, device=logits.device) for g in generators])
+    cdf = logp.exp().cumsum(dim=-1)
+    drawn = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True)[:, 0]
+    tokens = torch.where(greedy, logp.argmax(dim=-1), drawn.clamp(max=logp.shape[-1] - 1))
+    chosen = logp.gather(-1, tokens[:, None])[:, 0]
+    return [int(t) for t in tokens.tolist()], [float(x) for x in chosen.tolist()]
 
 
 def finish_reason(
@@ -130,6 +138,24 @@ class _Request:
     token_ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish_reason: str | None = None
+
+
+@contextlib.contextmanager
+def _skinny_linears(enabled: bool) -> Iterator[None]:
+    """Route ``torch.nn.functional.linear`` through :func:`_decode_linear` inside the block.
+
+    The switch is process-wide for the duration of one decode pass; the two computations agree to
+    float rounding, so anything else that calls it meanwhile gets the same values.
+    """
+    if not enabled:
+        yield
+        return
+    functional = torch.nn.functional
+    functional.linear = _decode_linear
+    try:
+        yield
+    finally:
+        functional.linear = _linear
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -190,6 +216,8 @@ class KVEngine:
         self._used: list[int] = []  # per row: tick of last use (least recently used rows are evicted first)
         self._tick = 0
         self._weights = self._weights_version()
+        self._prefix_attention = supports_shared_prefix(model)
+        self._batch_prefix: tuple[tuple[int, ...], SharedPrefix | None] = ((), None)
 
     # -- public interface ------------------------------------------------------------------------
 
@@ -307,15 +335,24 @@ class KVEngine:
         self._grow(self.rows.num_rows + max(0, fresh - (idle - len(continuations))), capacity)
         self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, self.rows.nbytes)
 
-        # Token order: a request's longest shared prefix is usually with the one just before it.
         shared_logits: dict[int, torch.Tensor] = {}
-        finished: list[_Request] = []
-        for request in sorted(admitted, key=lambda q: q.prompt):
-            row = continuations.get(id(request))
-            self._prefill(request, row, continuations, shared_logits)
-            if request.finish_reason is not None:
-                finished.append(request)
-                self._release(request)
+        ordered = sorted(admitted, key=lambda q: q.prompt)
+        # Continuations only extend their own rows, so one batched pass prefills all of them.
+        extending = [(q, continuations[id(q)]) for q in ordered if id(q) in continuations]
+        for request, row in extending:
+            self._place(request, row, len(self._tokens[row]))
+        logits = self._forward_prompts({row: list(q.prompt[len(self._tokens[row]) :]) for q, row in extending})
+        for request, row in extending:
+            self._first_token(request, logits[row])
+        # New sequences in token order: a request's longest shared prefix is usually with the one just
+        # before it, which is already cached when its turn comes.
+        reserved = set(continuations.values())
+        for request in ordered:
+            if id(request) not in continuations:
+                self._start_fresh(request, reserved, shared_logits)
+        finished = [q for q in ordered if q.finish_reason is not None]
+        for request in finished:
+            self._release(request)
         return finished
 
     def _source(self, prompt: np.ndarray) -> tuple[int | None, int]:
@@ -339,37 +376,35 @@ class KVEngine:
             raise RuntimeError("no key/value row is free")  # _admit sized the rows; this is a bug
         return rest[0]
 
-    def _prefill(
-        self,
-        request: _Request,
-        row: int | None,
-        continuations: dict[int, int],
-        shared_logits: dict[int, torch.Tensor],
-    ) -> None:
-        prompt = request.prompt
-        reserved = {r for key, r in continuations.items() if key != id(request)}
-        if row is not None:
-            keep = len(self._tokens[row])
-            logits = None
-        else:
-            array = np.asarray(prompt, dtype=np.int64)
-            source, shared = self._source(array)
-            row = self._take_row(source, reserved)
-            logits = shared_logits.get(source) if source is not None and shared == len(prompt) == len(self._tokens[source]) else None
-            # At least one prompt token is run through the model unless its logits are known.
-            keep = shared if logits is not None else min(shared, len(prompt) - 1)
-            if source is not None and keep:
-                self.rows.copy_prefix(source, row, keep)
+    def _place(self, request: _Request, row: int, keep: int) -> None:
+        """Give ``row`` to ``request``, keeping the first ``keep`` cached tokens (a prefix of its prompt)."""
         self.rows.lengths[row] = keep
-        self._tokens[row] = list(prompt[:keep])
-        shared_logits.pop(row, None)
+        del self._tokens[row][keep:]
         self._owner[row] = request
         request.row = row
-        self.stats.prompt_tokens += len(prompt)
+        self.stats.prompt_tokens += len(request.prompt)
         self.stats.reused_tokens += keep
+
+    def _start_fresh(self, request: _Request, reserved: set[int], shared_logits: dict[int, torch.Tensor]) -> None:
+        """Start a request in a row of its own, from the longest prefix any row has cached."""
+        prompt = request.prompt
+        source, shared = self._source(np.asarray(prompt, dtype=np.int64))
+        row = self._take_row(source, reserved)
+        # Identical prompts prefilled in this admission share the logits after their last token.
+        known = source is not None and shared == len(prompt) == len(self._tokens[source])
+        logits = shared_logits.get(source) if known else None
+        keep = shared if logits is not None else min(shared, len(prompt) - 1)
+        if source is not None and keep:
+            self.rows.copy_prefix(source, row, keep)
+            self._tokens[row] = list(prompt[:keep])
+        shared_logits.pop(row, None)
+        self._place(request, row, keep)
         if logits is None:
-            logits = self._forward_prompt(row, prompt[keep:])
+            logits = self._forward_prompts({row: list(prompt[keep:])})[row]
         shared_logits[row] = logits
+        self._first_token(request, logits)
+
+    def _first_token(self, request: _Request, logits: torch.Tensor) -> None:
         ids, lps = sample_next(
             logits[None],
             torch.tensor([request.params.temperature], device=logits.device),
@@ -378,57 +413,79 @@ class KVEngine:
         )
         self._append(request, ids[0], lps[0])
 
-    def _forward_prompt(self, row: int, tokens: Sequence[int]) -> torch.Tensor:
-        """Run ``tokens`` through the model after the row's cached ones; the logits after the last."""
-        import time
+    def _forward_prompts(self, suffixes: dict[int, list[int]]) -> dict[int, torch.Tensor]:
+        """Run each row's prompt tokens through the model after its cached ones; the logits after the last.
 
+        Rows that lie close together go through one left-padded pass; long prompts go alone, in chunks.
+        """
         started = time.perf_counter()
-        logits = None
-        for start in range(0, len(tokens), self.prefill_chunk):
-            chunk = list(tokens[start : start + self.prefill_chunk])
-            logits = self._forward(slice(row, row + 1), [chunk], [True])[0]
-            self._tokens[row].extend(chunk)
-        self.stats.prefilled_tokens += len(tokens)
+        logits: dict[int, torch.Tensor] = {}
+        batchable = sorted(r for r, t in suffixes.items() if len(t) <= _PREFILL_BATCH_TOKENS // 4)
+        groups: list[list[int]] = []
+        for row in batchable:
+            group = groups[-1] if groups else None
+            if group is not None:
+                span = row + 1 - group[0]
+                width = max(len(suffixes[r]) for r in [*group, row])
+                if span - len(group) - 1 <= len(group) // 4 and span * width <= _PREFILL_BATCH_TOKENS:
+                    group.append(row)
+                    continue
+            groups.append([row])
+        for group in groups:
+            rows = slice(group[0], group[-1] + 1)
+            tokens = [suffixes.get(r, []) if r in group else [] for r in range(rows.start, rows.stop)]
+            out = self._forward(rows, tokens)
+            for r in group:
+                logits[r] = out[r - rows.start]
+                self._tokens[r].extend(suffixes[r])
+        for row in sorted(set(suffixes) - set(batchable)):
+            tokens = suffixes[row]
+            for start in range(0, len(tokens), self.prefill_chunk):
+                chunk = tokens[start : start + self.prefill_chunk]
+                logits[row] = self._forward(slice(row, row + 1), [chunk])[0]
+                self._tokens[row].extend(chunk)
+        self.stats.prefilled_tokens += sum(map(len, suffixes.values()))
         self.stats.prefill_s += time.perf_counter() - started
-        assert logits is not None
         return logits
 
-    def _forward(self, rows: slice, tokens: Sequence[Sequence[int]], active: Sequence[bool]) -> torch.Tensor:
-        """One forward pass over ``rows``; each active row appends its ``tokens`` (equal lengths). Last logits ``[rows, V]``."""
-        width = max(len(t) for t in tokens)
-        starts = [self.rows.lengths[r] for r in range(rows.start, rows.stop)]
-        view = self.rows.view(rows, starts, width, active=active)
+    def _forward(self, rows: slice, tokens: Sequence[Sequence[int]], prefix: SharedPrefix | None = None) -> torch.Tensor:
+        """One forward pass over ``rows``, each appending its ``tokens`` (none: it sits out). Logits ``[rows, V]``
+        after each row's last token.
+
+        ``prefix``: the tokens every row shares (decode passes only), read once by the attention.
+        """
+        counts = [len(t) for t in tokens]
+        width = max(counts)
+        view = self.rows.view(rows, counts)
         input_ids = torch.full((len(tokens), width), self.pad_token_id, dtype=torch.long, device=self.rows.device)
         for i, ids in enumerate(tokens):
-            if active[i]:
-                input_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-        output = self.model(
-            input_ids=input_ids,
-            attention_mask=view.attention_mask(self.rows.dtype),
-            position_ids=view.position_ids(),
-            use_cache=True,
-            logits_to_keep=1,
-            **{self._cache_keyword: view},
-        )
+            if ids:
+                input_ids[i, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
+        with shared_prefix(self.model, prefix), _skinny_linears(width == 1 and len(tokens) <= _SKINNY_ROWS):
+            output = self.model(
+                input_ids=input_ids,
+                attention_mask=view.attention_mask(self.rows.dtype),
+                position_ids=view.position_ids(),
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_keyword: view},
+            )
         for i, r in enumerate(range(rows.start, rows.stop)):
-            if active[i]:
-                self.rows.lengths[r] += width
+            self.rows.lengths[r] += counts[i]
         return output.logits[:, -1, :]
 
     # -- decoding --------------------------------------------------------------------------------
 
     def _decode_step(self) -> list[_Request]:
         """Feed every running request its last sampled token and sample the next one."""
-        import time
-
         started = time.perf_counter()
         self._compact()
         running = [r for r, owner in enumerate(self._owner) if owner is not None]
         lo, hi = running[0], running[-1] + 1
         requests = [self._owner[r] for r in range(lo, hi)]
         active = [q is not None for q in requests]
-        tokens = [[q.token_ids[-1]] if q is not None else [self.pad_token_id] for q in requests]
-        logits = self._forward(slice(lo, hi), tokens, active)
+        tokens = [[q.token_ids[-1]] if q is not None else [] for q in requests]
+        logits = self._forward(slice(lo, hi), tokens, self._shared_prefix(lo, hi))
         live = [q for q in requests if q is not None]
         for q in live:
             self._tokens[q.row].append(q.token_ids[-1])
@@ -448,6 +505,25 @@ class KVEngine:
         self.stats.decode_steps += 1
         self.stats.decode_s += time.perf_counter() - started
         return finished
+
+    def _shared_prefix(self, lo: int, hi: int) -> SharedPrefix | None:
+        """The prefix all running rows in ``[lo, hi)`` share, when long enough to be worth reading once.
+
+        Recomputed only when the running rows change: rows only ever append, so a shared prefix
+        stays shared while they run.
+        """
+        running = tuple(r for r in range(lo, hi) if self._owner[r] is not None)
+        if not self._prefix_attention or len(running) < 2:
+            return None
+        signature = tuple((r, id(self._owner[r])) for r in running)
+        if self._batch_prefix[0] != signature:
+            first = np.asarray(self._tokens[running[0]], dtype=np.int64)
+            length = len(first)
+            for r in running[1:]:
+                length = _common_prefix(first[:length], np.asarray(self._tokens[r][:length], dtype=np.int64))
+            plan = SharedPrefix(length=length, row=running[0] - lo) if length >= _MIN_SHARED_PREFIX else None
+            self._batch_prefix = (signature, plan)
+        return self._batch_prefix[1]
 
     def _compact(self) -> None:
         """Move running requests down into idle rows when idle rows inside the batch waste too much."""
@@ -489,3 +565,19 @@ class KVEngine:
             text=decode_visible(self.tokenizer, request.token_ids),
             finish_reason="stop" if request.finish_reason == "stop" else "length",
         )
+
+
+_linear = torch.nn.functional.linear
+
+
+def _decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` for a handful of rows, as ``weight @ x.T``: MKL's kernel for that shape is about
+    twice as fast on CPU as the one ``x @ weight.T`` gets at 8 rows."""
+    rows = x.numel() // x.shape[-1] if x.dim() else 0
+    if x.device.type != "cpu" or rows == 0 or rows > _SKINNY_ROWS:
+        return _linear(x, weight, bias)
+    # Contiguous again: fused attention kernels read the last dimension with unit stride.
+    out = torch.mm(weight, x.reshape(rows, x.shape[-1]).t()).t().contiguous()
+    if bias is not None:
+        out = out + bias
+    return out.reshape(*x.shape[:-1], weight.shape[0])

@@ -100,16 +100,16 @@ class KVRows:
                 v[target, :, :length] = v[source, :, :length]
         self.lengths[target] = length
 
-    def view(self, rows: slice, starts: Sequence[int], query_length: int, *, active: Sequence[bool]) -> RowsView:
+    def view(self, rows: slice, counts: Sequence[int]) -> RowsView:
         """A cache view for one forward pass over ``rows`` (a contiguous range).
 
         Args:
             rows: the rows in the batch, in order.
-            starts: per row, the position of its first new token (its cached length).
-            query_length: new tokens per row in this pass (rows with fewer are padded at the end).
-            active: per row, whether it has tokens in this pass; inactive rows write to scratch.
+            counts: per row, how many new tokens it appends in this pass; the pass is as wide as the
+                largest count and each row's tokens sit at the right end of it (left padding). Rows
+                with 0 take part without tokens: they write to scratch and are not read back.
         """
-        return RowsView(self, rows, starts, query_length, active)
+        return RowsView(self, rows, counts)
 
 
 class RowsView:
@@ -117,17 +117,18 @@ class RowsView:
 
     is_compileable = False
 
-    def __init__(self, store: KVRows, rows: slice, starts: Sequence[int], query_length: int, active: Sequence[bool]) -> None:
+    def __init__(self, store: KVRows, rows: slice, counts: Sequence[int]) -> None:
         device = store.device
         self.store = store
         self.rows = rows
-        offsets = torch.arange(query_length, device=device)
-        first = torch.tensor(list(starts), device=device)
-        is_active = torch.tensor(list(active), device=device)
-        # Inactive rows write every query position to the scratch column.
-        scratch = torch.full_like(first, store.capacity)
-        self.positions = torch.where(is_active[:, None], first[:, None] + offsets, scratch[:, None])
-        self.kv_length = max((s + query_length for s, a in zip(starts, active, strict=True) if a), default=1)
+        starts = store.lengths[rows]
+        width = max(counts)
+        offsets = torch.arange(width, device=device)[None, :]
+        pad = torch.tensor([width - c for c in counts], device=device)[:, None]
+        first = torch.tensor(starts, device=device)[:, None]
+        # Left padding and rows without tokens write to the scratch column.
+        self.positions = torch.where(offsets >= pad, first + offsets - pad, store.capacity)
+        self.kv_length = max((s + c for s, c in zip(starts, counts, strict=True) if c), default=1)
         if self.kv_length > store.capacity:
             raise ValueError(f"a row needs {self.kv_length} positions; the buffers hold {store.capacity}")
         self._row_index = torch.arange(rows.start, rows.stop, device=device)[:, None]
@@ -135,7 +136,7 @@ class RowsView:
     def attention_mask(self, dtype: torch.dtype) -> torch.Tensor:
         """Additive mask ``[rows, 1, query, kv]``: each query sees its row's positions up to its own.
 
-        Inactive rows see every position (their output is discarded; a fully masked row would be NaN).
+        Padding queries see every position (their output is discarded; a fully masked row would be NaN).
         """
         kv = torch.arange(self.kv_length, device=self.positions.device)
         allowed = kv[None, None, :] <= self.positions[:, :, None]
@@ -144,7 +145,7 @@ class RowsView:
         return mask[:, None]
 
     def position_ids(self) -> torch.Tensor:
-        """Rotary positions ``[rows, query]`` of the new tokens (0 for inactive rows)."""
+        """Rotary positions ``[rows, query]`` of the new tokens (0 for padding)."""
         return torch.where(self.positions >= self.store.capacity, 0, self.positions)
 
     # -- the cache interface transformers' attention layers call ---------------------------------
