@@ -73,12 +73,14 @@ def sample_next(
         sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
         nucleus = torch.full_like(logp, float("-inf")).scatter(-1, order, sorted_logp)
         logp = torch.where(greedy[:, None], logp, nucleus - torch.logsumexp(nucleus, dim=-1, keepdim=True))
-    # Inverse-CDF sampling: one uniform draw per row from its own generator (a multinomial draw
-    # costs about a millisecond per row at a 50k vocabulary; this is a cumulative sum and a search).
-    uniforms = torch.stack([torch.rand((), generator=g, device=logits.device) for g in generators])
-    cdf = logp.exp().cumsum(dim=-1)
-    drawn = torch.searchsorted(cdf, (uniforms * cdf[:, -1])[:, None], right=True)[:, 0]
-    tokens = torch.where(greedy, logp.argmax(dim=-1), drawn.clamp(max=logp.shape[-1] - 1))
+    # The Gumbel-max trick: argmax(log p + G) with G = -log(-log U) is a draw from p. Unlike
+    # inverse-CDF sampling, whose boundaries all move when any probability moves, the draw only
+    # changes when two candidates' scores tie, so float rounding differences between two ways of
+    # computing the same logits (with or without the cache) almost never change a sampled token.
+    # Each row uses only its own generator.
+    uniforms = torch.stack([torch.rand(logp.shape[-1], generator=g, device=logp.device) for g in generators])
+    drawn = (logp - (-uniforms.log()).log()).argmax(dim=-1)
+    tokens = torch.where(greedy, logp.argmax(dim=-1), drawn)
     chosen = logp.gather(-1, tokens[:, None])[:, 0]
     return [int(t) for t in tokens.tolist()], [float(x) for x in chosen.tolist()]
 

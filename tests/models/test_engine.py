@@ -1,0 +1,215 @@
+"""The key/value-reusing engine behind HFBackend: same tokens as prefilling from scratch, exact logprobs,
+continuous batching, eviction, invalidation, and the pieces it is built from."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from agentgym.models import SamplingParams
+from agentgym.models.kv_cache import KVRows
+from agentgym.models.prefix_attention import SharedPrefix, _attend, _ACTIVE, prefix_attention
+from agentgym.runner import RolloutConfig, RolloutRunner
+
+
+@pytest.fixture(scope="module")
+def plain(smollm):
+    from agentgym.models import HFBackend
+
+    return HFBackend(*smollm, reuse_cache=False)
+
+
+@pytest.fixture(scope="module")
+def cached(smollm):
+    from agentgym.models import HFBackend
+
+    return HFBackend(*smollm)
+
+
+def _chat(tokenizer, text: str) -> list[int]:
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True)
+    return tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+
+def _config(**overrides) -> RolloutConfig:
+    """Two SearchQA-v0 tasks, a group of two each, two turns: a system prompt all episodes share,
+    prompts a group shares, and second turns that continue the first (what the engine reuses)."""
+    settings = {"split": "test", "num_tasks": 2, "group_size": 2, "max_turns": 2, "max_new_tokens": 8, "seed": 11}
+    return RolloutConfig("agentgym/SearchQA-v0", **{**settings, **overrides})
+
+
+@pytest.fixture(scope="module")
+def sampled(plain, cached):
+    """The same sampled rollouts with and without reuse, and the reusing run's timing."""
+    config = _config(temperature=1.0)
+    slow = RolloutRunner(plain).run(config)
+    runner = RolloutRunner(cached)
+    fast = runner.run(config)
+    return slow, fast, runner.last_timing
+
+
+def test_sampled_rollouts_with_reuse_equal_rollouts_from_scratch(sampled) -> None:
+    slow, fast, timing = sampled
+    assert [e.trajectory.token_ids for e in fast] == [e.trajectory.token_ids for e in slow]
+    assert [e.trajectory.loss_mask for e in fast] == [e.trajectory.loss_mask for e in slow]
+    assert all(e.trajectory.num_turns == 2 for e in fast)
+    for a, b in zip(fast, slow, strict=True):
+        assert max(abs(x - y) for x, y in zip(a.trajectory.logprobs, b.trajectory.logprobs, strict=True)) < 1e-3
+    assert timing is not None and timing.reused_tokens > 0.5 * timing.prompt_tokens  # most of each prompt was reused
+
+
+def test_greedy_rollouts_with_reuse_equal_rollouts_from_scratch(plain, cached) -> None:
+    config = _config(temperature=0.0, group_size=1)
+    slow = RolloutRunner(plain).run(config)
+    fast = RolloutRunner(cached).run(config)
+    assert [e.trajectory.token_ids for e in fast] == [e.trajectory.token_ids for e in slow]
+
+
+def test_recorded_logprobs_match_a_full_recompute(smollm, sampled) -> None:
+    model, _ = smollm
+    for episode in sampled[1]:
+        trajectory = episode.trajectory
+        ids = torch.tensor([trajectory.token_ids])
+        with torch.inference_mode():
+            logits = model(input_ids=ids).logits[0, :-1].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[:, 0]
+        mask = torch.tensor(trajectory.loss_mask[1:], dtype=torch.bool)
+        assert mask.sum() > 0
+        assert torch.allclose(logp[mask], torch.tensor(trajectory.logprobs[1:])[mask], atol=1e-3)
+
+
+def test_continuous_batching_and_eviction_give_the_same_tokens(smollm, tokenizer, plain) -> None:
+    from agentgym.models import HFBackend
+
+    prompts = [_chat(tokenizer, q) for q in ("Name a fruit.", "Count to five.", "What is the capital of France?", "Say hi.", "Name a colour.")]
+    params = [SamplingParams(temperature=1.0, max_new_tokens=6 + 3 * i, seed=40 + i) for i in range(len(prompts))]
+    expected = plain.generate(prompts, params)
+    # Two rows for five requests: they queue, join as others finish, and evict finished rows.
+    small = HFBackend(*smollm, max_batch_size=2)
+    for i, (prompt, p) in enumerate(zip(prompts, params, strict=True)):
+        small.submit(i, prompt, p)
+    got: dict[int, object] = {}
+    while small.in_flight:
+        finished = small.advance()
+        assert finished
+        got.update(finished)
+    assert [got[i].token_ids for i in range(len(prompts))] == [g.token_ids for g in expected]
+    assert small.engine.rows.num_rows <= 2
+
+
+def test_a_continuation_prefills_only_its_new_tokens(tokenizer, cached) -> None:
+    cached.clear_cache()
+    cached.engine.reset_stats()
+    prompt = _chat(tokenizer, "Tell me a short story about a cat.")
+    first = cached.generate([prompt], SamplingParams(temperature=0, max_new_tokens=10))[0]
+    delta = tokenizer("<|im_end|>\n<|im_start|>user\nAnd then?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+    following = prompt + list(first.token_ids) + delta
+    before = cached.engine.stats.prefilled_tokens
+    cached.generate([following], SamplingParams(temperature=0, max_new_tokens=4))
+    # The cache held the prompt and all sampled tokens but the last (never fed back).
+    assert cached.engine.stats.prefilled_tokens - before == 1 + len(delta)
+
+
+def test_identical_prompts_are_prefilled_once(tokenizer, cached) -> None:
+    cached.clear_cache()
+    cached.engine.reset_stats()
+    prompt = _chat(tokenizer, "Write a haiku about the sea.")
+    params = [SamplingParams(temperature=1.0, max_new_tokens=3, seed=s) for s in range(4)]
+    generations = cached.generate([prompt] * 4, params)
+    assert cached.engine.stats.prefilled_tokens == len(prompt)
+    assert len({g.token_ids for g in generations}) > 1  # the members still sample independently
+
+
+def test_weight_updates_invalidate_the_cache(smollm, tokenizer) -> None:
+    from agentgym.models import HFBackend
+
+    model, _ = smollm
+    backend = HFBackend(*smollm)
+    prompt = _chat(tokenizer, "Name a planet.")
+    params = SamplingParams(temperature=0, max_new_tokens=4)
+    backend.generate([prompt], params)
+    assert backend.engine.rows.num_rows == 1
+    weight = model.get_output_embeddings().weight
+    with torch.no_grad():
+        weight.add_(0.0)  # an in-place update (values unchanged) bumps the version counter
+    backend.generate([prompt], params)
+    assert backend.engine.stats.reused_tokens == 0  # nothing survived the update
+
+
+def test_a_tiny_cache_budget_still_finishes_every_request(smollm, tokenizer, plain) -> None:
+    from agentgym.models import HFBackend
+
+    prompts = [_chat(tokenizer, q) for q in ("One.", "Two two.", "Three three three.")]
+    params = SamplingParams(temperature=0, max_new_tokens=5)
+    tight = HFBackend(*smollm, max_cache_gib=1e-6)  # room for less than one row: one request at a time
+    assert [g.token_ids for g in tight.generate(prompts, params)] == [g.token_ids for g in plain.generate(prompts, params)]
+    with pytest.raises(RuntimeError, match="in flight"):
+        tight.submit("x", prompts[0], params)
+        tight.generate(prompts, params)
+    tight.advance()
+
+
+def test_kv_rows_grow_and_copy_prefixes() -> None:
+    rows = KVRows(2, 1, 4, dtype=torch.float32, device=torch.device("cpu"))
+    rows.reserve(2, 8)
+    rows.keys[0][0, :, :5] = 1.5
+    rows.lengths[0] = 5
+    rows.reserve(3, 20)
+    assert rows.num_rows == 3 and rows.capacity == 20
+    assert torch.all(rows.keys[0][0, :, :5] == 1.5) and rows.lengths[0] == 5  # kept across growth
+    rows.copy_prefix(0, 2, 3)
+    assert rows.lengths[2] == 3 and torch.all(rows.keys[0][2, :, :3] == 1.5)
+    view = rows.view(slice(0, 3), [2, 0, 1])
+    # Row 0 appends at 5..6, row 1 sits out (scratch), row 2 appends its one token at 3 (left padding).
+    assert view.positions.tolist() == [[5, 6], [20, 20], [20, 3]]
+    mask = view.attention_mask(torch.float32)
+    assert mask.shape == (3, 1, 2, 7)
+    assert (mask[2, 0, 1] == 0).tolist() == [True] * 4 + [False] * 3
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_shared_prefix_attention_equals_plain_attention(fused) -> None:
+    torch.manual_seed(0)
+    batch, kv_heads, group, dim, length, shared = 4, 2, 3, 16, 40, 25
+    key = torch.randn(batch, kv_heads, length, dim)
+    value = torch.randn(batch, kv_heads, length, dim)
+    key[:, :, :shared], value[:, :, :shared] = key[1, :, :shared], value[1, :, :shared]
+    query = torch.randn(batch, kv_heads * group, 1, dim)
+    mask = torch.zeros(batch, 1, 1, length)
+    mask[2, ..., 33:] = torch.finfo(torch.float32).min  # a shorter row
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, key.repeat_interleave(group, 1), value.repeat_interleave(group, 1), attn_mask=mask, scale=0.2
+    ).transpose(1, 2)
+    if fused:
+        token = _ACTIVE.set(SharedPrefix(length=shared, row=1))
+        try:
+            out, _ = prefix_attention(torch.nn.Module(), query, key, value, mask, scaling=0.2)
+        finally:
+            _ACTIVE.reset(token)
+        assert torch.allclose(out, expected, atol=1e-5)
+    # The unfused path (GPUs) computes each part with its own log-sum-exp.
+    out, lse = _attend(query.reshape(batch, kv_heads, group, dim), key, value, mask, 0.2, fused=fused)
+    reference = torch.nn.functional.scaled_dot_product_attention(
+        query.reshape(batch, kv_heads, group, dim), key, value, attn_mask=mask, scale=0.2
+    )
+    assert torch.allclose(out, reference, atol=1e-5)
+    scores = query.reshape(batch, kv_heads, group, dim) @ key.transpose(-1, -2) * 0.2 + mask
+    assert torch.allclose(lse, scores.logsumexp(-1), atol=1e-4)
+    assert math.isfinite(float(lse.sum()))
+
+
+def test_sampling_draws_from_the_distribution() -> None:
+    from agentgym.models.engine import sample_next
+
+    probs = torch.tensor([[0.5, 0.3, 0.15, 0.05, 0.0]])
+    counts = torch.zeros(5)
+    draws = 4000
+    for seed in range(draws):
+        [token], [logprob] = sample_next(probs.log(), torch.tensor([1.0]), torch.tensor([1.0]), [torch.Generator().manual_seed(seed)])
+        counts[token] += 1
+        assert logprob == pytest.approx(math.log(probs[0, token].item()), abs=1e-6)
+    expected = probs[0] * draws
+    spread = (expected * (1 - probs[0])).sqrt()
+    assert counts[4] == 0 and torch.all((counts - expected).abs() <= 4 * spread + 1e-9)
