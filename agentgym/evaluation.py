@@ -28,7 +28,7 @@ from agentgym.models import GenerationBackend
 from agentgym.rollout import summarize
 from agentgym.runner import Episode, ProgressFn, RolloutConfig, RolloutRunner, RolloutTiming
 
-__all__ = ["EvalResult", "eval_metrics", "evaluate", "print_report", "wilson_interval"]
+__all__ = ["EvalResult", "eval_metrics", "evaluate", "paired_bootstrap", "pass_hat_k", "print_report", "wilson_interval"]
 
 _DIFFICULTY_ORDER = {"easy": 0, "medium": 1, "hard": 2}
 
@@ -46,6 +46,56 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[f
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
     # Clamp rounding noise at the ends (the exact interval is [0, ...] at 0 successes).
     return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def pass_hat_k(trials: Mapping[Any, Sequence[bool]], k: int) -> float:
+    """τ-bench's pass^k: the chance that ``k`` trials of a task, drawn from its ``n`` trials, all succeed,
+    averaged over tasks (``C(c, k) / C(n, k)`` with ``c`` successes). pass^1 is the success rate.
+
+    Args:
+        trials: per task, the success of each of its trials (every task needs at least ``k``).
+        k: trials that must all succeed.
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1; got {k}")
+    if not trials:
+        raise ValueError("no tasks")
+    short = [task for task, outcomes in trials.items() if len(outcomes) < k]
+    if short:
+        raise ValueError(f"pass^{k} needs at least {k} trials per task; {short[0]!r} has fewer")
+    return statistics.fmean(math.comb(sum(map(bool, o)), k) / math.comb(len(o), k) for o in trials.values())
+
+
+def paired_bootstrap(
+    differences: Mapping[Any, Sequence[float]], *, resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, tuple[float, float]]:
+    """Mean of paired differences and its percentile bootstrap interval, resampling whole clusters.
+
+    Args:
+        differences: per cluster (e.g. a task), the paired differences observed in it (e.g. one per
+            training seed and trial). Clusters are resampled with replacement, so differences that
+            share a cluster stay together and correlation within it widens the interval, as it should.
+        resamples: bootstrap resamples.
+        confidence: interval mass.
+        seed: the resampling seed (the interval is deterministic given it).
+
+    Returns:
+        ``(mean, (low, high))`` where ``mean`` is over all differences.
+    """
+    import numpy as np
+
+    if not differences or any(len(d) == 0 for d in differences.values()):
+        raise ValueError("every cluster needs at least one difference")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1); got {confidence}")
+    sums = np.array([float(sum(d)) for d in differences.values()])
+    counts = np.array([len(d) for d in differences.values()], dtype=float)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(sums), size=(resamples, len(sums)))
+    means = sums[picks].sum(axis=1) / counts[picks].sum(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return float(sums.sum() / counts.sum()), (float(low), float(high))
 
 
 def _final_counts(record: Mapping[str, Any]) -> dict[str, int]:

@@ -68,6 +68,10 @@ class RolloutConfig(RolloutSettings):
         group_size: episodes per task (GRPO groups); members differ only in their sampling seeds.
         seed: base seed. Group ``g`` resets its environments with ``seed + g``; turn ``t`` of episode
             ``e`` samples with :func:`turn_seed` ``(seed, e, t)``.
+        distinct_env_seeds: give every episode of a group its own environment seed (derived from
+            ``seed``, the group and the member) instead of the group's shared one. It matters for
+            environments with randomness of their own (seeded faults, simulated users): shared, the
+            members of a group meet the same faults and differ only by what the policy does.
         env_kwargs: extra keyword arguments for ``gym.make`` (``split`` and ``max_turns`` have their
             own fields).
         env_workers: threads stepping environments in parallel.
@@ -86,6 +90,7 @@ class RolloutConfig(RolloutSettings):
     env_workers: int = 8
     max_concurrent: int | None = None
     overlap_env: bool = False
+    distinct_env_seeds: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -123,7 +128,7 @@ class Episode:
 
     Attributes:
         record: ``env.unwrapped.episode_record()`` plus ``policy`` (the backend's name), ``group``,
-            ``member``, ``stop_reason`` and, when the task has one, ``difficulty``.
+            ``member``, ``stop_reason`` and, when the task has them, ``difficulty`` and ``template``.
         trajectory: the token-exact sequence with its loss mask and sampling logprobs.
         group: index of the task group; episodes of a group share a task.
         reward: the episode's reward (``record["reward"]``; 0 when the token budget stopped it).
@@ -248,8 +253,13 @@ def _plan(config: RolloutConfig, available: Sequence[str]) -> list[_Planned]:
     else:
         order = np.random.default_rng(config.seed).permutation(len(available))
         tasks = [available[int(order[g % len(available)])] for g in range(config.num_tasks)]
+    def env_seed(group: int, member: int) -> int:
+        if config.distinct_env_seeds:
+            return int(np.random.SeedSequence([config.seed, group, member]).generate_state(1)[0] >> 1)
+        return config.seed + group
+
     return [
-        _Planned(g * config.group_size + m, g, m, task_id, config.seed + g)
+        _Planned(g * config.group_size + m, g, m, task_id, env_seed(g, m))
         for g, task_id in enumerate(tasks)
         for m in range(config.group_size)
     ]
@@ -409,9 +419,10 @@ class _Run:
         assert episode.stop_reason is not None
         record = episode.env.unwrapped.episode_record()
         record.update(policy=self.backend.name, group=plan.group, member=plan.member, stop_reason=episode.stop_reason)
-        difficulty = (episode.env.unwrapped.task or {}).get("difficulty")
-        if difficulty is not None:
-            record["difficulty"] = difficulty
+        task = episode.env.unwrapped.task or {}
+        for key in ("difficulty", "template"):  # for breakdowns, when the task has them
+            if task.get(key) is not None:
+                record[key] = task[key]
         self.finished.append(
             Episode(
                 record=record,

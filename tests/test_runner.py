@@ -310,3 +310,18 @@ def test_turn_seeds_are_distinct_and_stable() -> None:
     seeds = {turn_seed(0, episode, turn) for episode in range(20) for turn in range(20)}
     assert len(seeds) == 400
     assert turn_seed(3, 1, 2) == turn_seed(3, 1, 2) != turn_seed(4, 1, 2)
+
+
+def test_distinct_env_seeds_give_each_member_its_own_seed(fake_server, tokenizer) -> None:
+    env_id = "agentgym/Refund-v0"
+    env = gym.make(env_id, split="val")
+    task_ids = env.unwrapped.task_ids[:2]
+    env.close()
+    fake_server.responder = OracleScript(env_id, task_ids, tokenizer, split="val").respond
+    config = RolloutConfig(env_id, split="val", task_ids=task_ids, group_size=3, seed=4, max_turns=1, distinct_env_seeds=True)
+    with OpenAICompatibleBackend(fake_server.base_url, tokenizer) as client:
+        seeds = [e.record["seed"] for e in run_rollouts(client, config)]
+        again = [e.record["seed"] for e in run_rollouts(client, config)]
+        shared = [e.record["seed"] for e in run_rollouts(client, replace(config, distinct_env_seeds=False))]
+    assert len(set(seeds)) == 6 and seeds == again
+    assert shared == [4, 4, 4, 5, 5, 5]

@@ -1,4 +1,4 @@
-"""``agentgym train`` and ``agentgym sft``: the reference trainer from the command line.
+"""``agentgym train``, ``agentgym sft`` and ``agentgym experiment``: the reference trainer from the command line.
 
 :func:`add_parsers` adds both commands to the ``agentgym`` parser; the commands print the run's
 markdown report (or its evaluations as JSON) and turn every user error into one line on stderr
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parsers", "sft_command", "train_command"]
+__all__ = ["add_parsers", "experiment_command", "sft_command", "train_command"]
 
 
 def add_parsers(commands: Any) -> None:
@@ -27,6 +27,12 @@ def add_parsers(commands: Any) -> None:
     _arguments(p, steps_help="SFT steps (sft.steps)")
     p.add_argument("--source", help="'oracle' (default) or a JSONL file of episode records (sft.source)")
     p.set_defaults(run=sft_command)
+
+    p = commands.add_parser("experiment", help="base vs SFT vs GRPO (and ablations) over several seeds on held-out tasks; writes a results folder")
+    p.add_argument("config", metavar="FILE.yaml", help="experiment configuration, e.g. trainers/configs/learning_cpu.yaml (see docs/results.md)")
+    p.add_argument("--output", metavar="DIR", help="results folder (default: the configuration's output_dir)")
+    p.add_argument("--summarize", action="store_true", help="only recompute summary.json, results.md and plots from the episodes already written")
+    p.set_defaults(run=experiment_command)
 
 
 def _arguments(p: argparse.ArgumentParser, *, steps_help: str) -> None:
@@ -91,6 +97,28 @@ def _run(args: argparse.Namespace, extra: dict[str, Any]) -> int:
         print(json.dumps({"output_dir": str(result.output_dir), "evaluations": result.evaluations}, indent=2))
     else:
         print(result.report)
+    return 0
+
+
+def experiment_command(args: argparse.Namespace) -> int:
+    """``agentgym experiment``: run (or resume) an experiment and print its results table."""
+    from agentgym.models import ModelLoadError
+    from agentgym.trainers.config import ConfigError
+    from agentgym.trainers.experiment import load_experiment, run_experiment, summarize_experiment
+    from agentgym.trainers.modeling import TrainerError
+
+    try:
+        config = load_experiment(args.config, output_dir=args.output)
+        if args.summarize:
+            if not (Path(config.output_dir) / "tasks.json").is_file():
+                raise ConfigError(f"{config.output_dir} holds no experiment to summarise")
+            summarize_experiment(config.output_dir)
+        else:
+            run_experiment(config, log=lambda line: print(line, file=sys.stderr))
+    except (ConfigError, TrainerError, ModelLoadError) as exc:
+        print(f"agentgym: error: {exc}", file=sys.stderr)
+        return 2
+    print((Path(config.output_dir) / "results.md").read_text(encoding="utf-8"))
     return 0
 
 

@@ -76,6 +76,8 @@ class RolloutSection(RolloutSettings):
         group_size: episodes per task (the GRPO group, at least 2).
         env_kwargs: extra keyword arguments for ``gym.make``.
         env_workers: threads stepping environments in parallel.
+        distinct_env_seeds: every episode of a group gets its own environment seed (see
+            :class:`agentgym.runner.RolloutConfig`).
     """
 
     __pydantic_config__ = _STRICT_KEYS
@@ -86,6 +88,7 @@ class RolloutSection(RolloutSettings):
     group_size: int = 4
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     env_workers: int = 8
+    distinct_env_seeds: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,9 @@ class GRPOSection:
         scale_by_std: divide advantages by the group's reward std (False: Dr. GRPO).
         filter_degenerate: drop groups whose rewards are all equal before the update.
         mask_truncated: give no loss to trajectories cut by the token budget.
+        train_on_env_tokens: ablation of the loss mask: the loss also covers the environment's tokens
+            after the prompt (tool output, user turns, template glue), as a trainer that masks only
+            the prompt would. Off (the masked loss) is what agentgym is for.
         old_logprobs: ``recompute`` the old policy's logprobs with a forward pass before the
             update, or reuse the ``sampling`` logprobs the backend reported.
         share_prefix: run the tokens all trajectories of a micro-batch share once (exact).
@@ -148,6 +154,7 @@ class GRPOSection:
     scale_by_std: bool = True
     filter_degenerate: bool = False
     mask_truncated: bool = False
+    train_on_env_tokens: bool = False
     old_logprobs: Literal["recompute", "sampling"] = "recompute"
     share_prefix: bool = True
 
@@ -165,6 +172,9 @@ class SFTSection:
         batch_size: trajectories per optimiser step.
         micro_batch_size: trajectories per forward/backward pass.
         max_length: cut demonstrations to this many tokens; ``None`` keeps them whole.
+        env_kwargs: ``gym.make`` arguments for the demonstration episodes; ``None`` means
+            ``rollout.env_kwargs`` (e.g. ``{fault_rate: 0}`` demonstrates without the faults
+            that training and evaluation see).
         optim: the SFT optimiser (its own learning rate and schedule).
     """
 
@@ -177,6 +187,7 @@ class SFTSection:
     batch_size: int = 8
     micro_batch_size: int = 4
     max_length: int | None = None
+    env_kwargs: dict[str, Any] | None = None
     optim: OptimSection = field(default_factory=lambda: OptimSection(lr=1e-5))
 
 
@@ -185,6 +196,7 @@ class EvalSection:
     """Evaluation before and after training, every ``every`` GRPO steps, and early stopping.
 
     Attributes:
+        enabled: evaluate at all (off when something else evaluates the run, e.g. ``agentgym experiment``).
         split: the evaluation split.
         task_ids: evaluation tasks; ``None`` takes ``num_tasks`` of ``split`` in a seeded order.
         num_tasks: tasks evaluated when ``task_ids`` is not given.
@@ -199,6 +211,7 @@ class EvalSection:
 
     __pydantic_config__ = _STRICT_KEYS
 
+    enabled: bool = True
     split: str = "val"
     task_ids: tuple[str, ...] | None = None
     num_tasks: int = 16
@@ -274,8 +287,12 @@ class TrainConfig:
         env_id: the environment, e.g. ``agentgym/SQL-v0``.
         model: model reference for :func:`agentgym.models.load_model`; ``None`` is the default model.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``, ...
-        dtype: ``auto`` (float32 weights; on CUDA the forward passes run under bf16 autocast) or a
-            torch dtype name for the weights themselves (``bfloat16`` halves memory but loses small updates).
+        dtype: ``auto`` (float32 weights) or a torch dtype name for the weights themselves
+            (``bfloat16`` halves memory but loses small updates).
+        autocast: ``bf16`` runs matrix products in bfloat16 over float32 master weights (rollouts,
+            evaluation and training alike); ``off`` computes in the weights' dtype; ``auto`` is
+            ``bf16`` on CUDA and ``off`` elsewhere (on CPUs with AVX512-BF16 or AMX, ``bf16`` about
+            halves the time of a training step).
         ref_device: device of the frozen reference model; ``None`` means ``device``.
         seed: the seed every random choice derives from.
         output_dir: the run folder (config, metrics, plots, checkpoints, report, model).
@@ -287,6 +304,7 @@ class TrainConfig:
     model: str | None = None
     device: str = "auto"
     dtype: str = "auto"
+    autocast: Literal["auto", "bf16", "off"] = "auto"
     ref_device: str | None = None
     seed: int = 0
     output_dir: str = "runs/train"
@@ -339,6 +357,8 @@ def _value_problems(c: TrainConfig) -> list[str]:
         "grpo.old_logprobs='sampling' needs rollout.top_p=1: top-p sampling logprobs are renormalised over "
         "the nucleus, so they are not the policy's logprobs (use 'recompute')",
     )
+    need(not g.train_on_env_tokens or g.old_logprobs == "recompute",
+         "grpo.train_on_env_tokens needs grpo.old_logprobs='recompute' (there are no sampling logprobs for environment tokens)")
     for name, o in (("optim", c.optim), ("sft.optim", c.sft.optim)):
         need(o.lr > 0, f"{name}.lr must be > 0, got {o.lr}")
         need(o.weight_decay >= 0, f"{name}.weight_decay must be >= 0, got {o.weight_decay}")
@@ -361,6 +381,7 @@ def _value_problems(c: TrainConfig) -> list[str]:
     need(e.every >= 0, f"eval.every must be >= 0, got {e.every}")
     need(e.patience is None or e.patience >= 1, f"eval.patience must be >= 1, got {e.patience}")
     need(e.patience is None or e.every >= 1, "eval.patience needs eval.every >= 1 (early stopping compares periodic evaluations)")
+    need(e.enabled or e.every == 0, "eval.every needs eval.enabled")
     need(e.min_delta >= 0, f"eval.min_delta must be >= 0, got {e.min_delta}")
     need(e.task_ids is None or len(e.task_ids) > 0, "eval.task_ids must not be empty (leave it out to draw num_tasks)")
     lo = c.lora

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from agentgym.models import DEFAULT_MODEL, TokenBatch, load_model
+from agentgym.models.engine import cache_keyword
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -113,10 +114,13 @@ def load_policy(
     return policy, tokenizer
 
 
-def autocast(device: torch.device) -> AbstractContextManager[Any]:
-    """bf16 autocast on CUDA (float32 master weights, bf16 matrix products); nothing elsewhere."""
-    if device.type == "cuda":
-        return torch.autocast(device_type="cuda", dtype=torch.bfloat16)
+def autocast(device: torch.device, mode: str = "auto") -> AbstractContextManager[Any]:
+    """bf16 autocast (float32 master weights, bf16 matrix products) for ``mode="bf16"``, and for
+    ``"auto"`` on CUDA; nothing for ``"off"``."""
+    if mode == "bf16" or (mode == "auto" and device.type == "cuda"):
+        # No cast cache: it keeps the bf16 copies of the weights until the context exits, and the
+        # context spans the whole run, so every step after the first would see the first weights.
+        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)
     return nullcontext()
 
 
@@ -233,17 +237,18 @@ def token_logprobs(
     if prefix < MIN_SHARED_PREFIX:
         prefix = 0
     if prefix:
+        keyword = cache_keyword(model)
         shared = model(input_ids=ids[:1, :prefix], use_cache=True, logits_to_keep=1)
-        cache = shared.past_key_values
+        cache = getattr(shared, keyword)
         cache.batch_repeat_interleave(rows)
         positions = torch.arange(prefix, width, device=ids.device).expand(rows, -1)
         out = model(
             input_ids=ids[:, prefix:],
             attention_mask=attention,
             position_ids=positions,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=keep - prefix,
+            **{keyword: cache},
         )
     else:
         out = model(input_ids=ids, attention_mask=attention, use_cache=False, logits_to_keep=keep)

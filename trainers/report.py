@@ -73,18 +73,20 @@ def render_report(
         f"lr {config.optim.lr:g}, kl_coef {config.grpo.kl_coef:g}, loss `{config.grpo.loss_agg}`"
         + (" (stopped early)" if stopped_early else "") if config.grpo.steps else "- GRPO: none",
         f"- evaluation: {len(eval_tasks)} task(s) of the `{config.eval.split}` split, {config.eval.samples} episode(s) each at temperature "
-        f"{config.eval.temperature:g}" + (f" ({', '.join(eval_tasks[:8])}{', ...' if len(eval_tasks) > 8 else ''})" if eval_tasks else ""),
+        f"{config.eval.temperature:g}" + (f" ({', '.join(eval_tasks[:8])}{', ...' if len(eval_tasks) > 8 else ''})" if eval_tasks else "")
+        if config.eval.enabled else "- evaluation: off (`eval.enabled: false`; the run is evaluated elsewhere)",
     ]
-    if config.eval.split == config.rollout.split:
+    if config.eval.enabled and config.eval.split == config.rollout.split:
         seen = sorted(set(eval_tasks) & set(trained_on))
         lines.append(
             f"- note: {len(seen)} of the evaluation tasks were trained on: this measures fitting, not generalisation"
             if seen else f"- the evaluation tasks come from the training split `{config.rollout.split}` but none was trained on"
         )
-    lines += ["", "| metric | " + " | ".join(title for _, title in columns) + " | change |", "|---|" + "---|" * (len(columns) + 1)]
+    if columns:
+        lines += ["", "| metric | " + " | ".join(title for _, title in columns) + " | change |", "|---|" + "---|" * (len(columns) + 1)]
     components = sorted({k for s in evaluations.values() for k in s if k.startswith("reward/") and k != "reward/mean"})
     rows = [*_ROWS[:2], *((k, f"reward component `{k.removeprefix('reward/')}`") for k in components), *_ROWS[2:]]
-    for key, title in rows:
+    for key, title in rows if columns else ():
         values = [evaluations[label].get(key) for label, _ in columns]
         change = values[-1] - values[0] if len(values) > 1 and None not in (values[0], values[-1]) else None
         signed = "–" if change is None or math.isnan(change) else f"{change:+.3f}"

@@ -185,7 +185,7 @@ def train(
     notes = list(logger.notes)
 
     device = next(policy.parameters()).device
-    with ProgressDisplay(console, enabled=config.logging.progress) as display, autocast(device):
+    with ProgressDisplay(console, enabled=config.logging.progress) as display, autocast(device, config.autocast):
 
         def evaluate(label: str) -> dict[str, float]:
             summary = _evaluate(policy, tokenizer, config, eval_tasks, display)
@@ -203,7 +203,7 @@ def train(
             return every > 0 and step % every == 0
 
         # ---- 1. the untouched model
-        if "base" not in state.evaluations:
+        if config.eval.enabled and "base" not in state.evaluations:
             evaluate("base")
 
         # ---- 2. SFT warm start on demonstrations
@@ -224,7 +224,8 @@ def train(
                     checkpoint_now(optimizer, scheduler)
             del optimizer, scheduler
             policy = _finish_sft(policy, tokenizer, config, sft_dir)
-            evaluate("sft")
+            if config.eval.enabled:
+                evaluate("sft")
             state.phase, state.step = "grpo", 0
             checkpoint_now()
 
@@ -263,7 +264,7 @@ def train(
 
         # ---- 4. final evaluation, the model, plots, report
         last = f"grpo step {state.step}"
-        if state.phase == "grpo" and config.grpo.steps > 0:
+        if state.phase == "grpo" and config.grpo.steps > 0 and config.eval.enabled:
             state.evaluations["final"] = state.evaluations[last] if last in state.evaluations else evaluate("final")
         state.phase = "done"
     logger.close()
@@ -319,6 +320,11 @@ def grpo_update(
     kept = [episodes[int(i)] for i in keep]
     advantages = advantages[keep].to(device)
     batch = TensorBatch.from_tokens(collate([e.trajectory for e in kept], pad_token_id=pad_token_id), device)
+    if g.train_on_env_tokens:  # the ablation: every token after the prompt, as an unmasked trainer does
+        after_prompt = torch.arange(batch.input_ids.shape[1], device=device)[None, :] >= torch.tensor(
+            [e.trajectory.prompt_length for e in kept], device=device
+        )[:, None]
+        batch = replace(batch, loss_mask=batch.attention_mask.bool() & after_prompt)
     if g.mask_truncated:
         cut = torch.tensor([e.stop_reason == "token_budget" for e in kept], device=device)
         batch = replace(batch, loss_mask=batch.loss_mask & ~cut[:, None])
@@ -445,6 +451,7 @@ def _rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, 
         tool_mode=r.tool_mode,
         env_kwargs=dict(r.env_kwargs),
         env_workers=r.env_workers,
+        distinct_env_seeds=r.distinct_env_seeds and not evaluation,
     )
 
 
@@ -558,8 +565,9 @@ def _checked_tasks(config: TrainConfig, split: str, available: Sequence[str], ta
 def _demonstrations(config: TrainConfig, available: Sequence[str], train_pool: Sequence[str]) -> list[dict[str, Any]]:
     """The SFT demonstration records (see :func:`agentgym.trainers.sft.demonstration_records`)."""
     r = config.rollout
+    env_kwargs = r.env_kwargs if config.sft.env_kwargs is None else config.sft.env_kwargs
     return demonstration_records(config.env_id, config.sft, _sft_tasks(config, available, train_pool), split=r.split,
-                                 seed=config.seed, max_turns=r.max_turns, env_kwargs=r.env_kwargs)
+                                 seed=config.seed, max_turns=r.max_turns, env_kwargs=env_kwargs)
 
 
 def _eval_tasks(config: TrainConfig) -> list[str]:

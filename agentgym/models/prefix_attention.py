@@ -116,8 +116,9 @@ def _attend(
     ``fused`` uses torch's CPU flash-attention kernel, which returns the log-sum-exp with the output.
     """
     if fused:
-        # The fused kernel needs unit stride in the last dimension.
-        query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
+        # The fused kernel needs one dtype (under autocast the queries arrive in bf16, the cached
+        # keys in the weights' dtype) and unit stride in the last dimension.
+        query, key, value = (t.to(key.dtype) if t.stride(-1) == 1 else t.to(key.dtype).contiguous() for t in (query, key, value))
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
             query, key, value, 0.0, False, attn_mask=None if mask is None else mask.to(query.dtype), scale=scale
         )

@@ -8,8 +8,11 @@ the other agentgym environments: a wrong or missing answer scores 0 whatever els
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable
 from typing import Any, ClassVar
+
+import numpy as np
 
 from agentgym.env import Message, ToolEnv
 from agentgym.parsing import ParsedAction
@@ -20,7 +23,10 @@ from agentgym.envs.knowledge.cache import SHARED_CACHE, ToolCache
 from agentgym.envs.knowledge.search_tool import MAX_RESULTS, ArticleIndex
 from agentgym.envs.knowledge.snapshot import open_readonly, snapshot_path
 
-__all__ = ["ArticleEnv", "KnowledgeEnv", "WEIGHTS"]
+__all__ = ["ArticleEnv", "FAULT_MESSAGE", "KnowledgeEnv", "WEIGHTS"]
+
+FAULT_MESSAGE = "the data service is busy (transient error): nothing was run. Retry the same call."
+"""What a data tool returns (as a tool error) when a seeded transient fault hits it."""
 
 WEIGHTS = {"format": 0.1, "execution": 0.4, "completion": 0.5}
 CacheSetting = str | ToolCache
@@ -36,14 +42,21 @@ class KnowledgeEnv(ToolEnv):
             (the cache counts in ``info`` then depend on what else ran); ``"off"``; or a
             :class:`~agentgym.envs.knowledge.cache.ToolCache` shared by the environments given it
             (e.g. the G environments of a GRPO group).
+        fault_rate: probability that a call to a data tool (``sql``, ``search``, ``open``) fails
+            with a transient error (:data:`FAULT_MESSAGE`) instead of running; calling again may
+            succeed. Faults are drawn from the episode's seed and task, so the same seed and
+            actions give the same faults. Counted in ``info["faults"]`` (and as tool errors).
         **kwargs: the :class:`~agentgym.env.ToolEnv` arguments (``split``, ``tasks``, ``task_ids``,
             ``max_turns``, ``max_tool_calls``, ``render_mode``).
     """
 
     intro: ClassVar[str] = ""
 
-    def __init__(self, *, tool_cache: CacheSetting = "instance", **kwargs: Any):
+    def __init__(self, *, tool_cache: CacheSetting = "instance", fault_rate: float = 0.0, **kwargs: Any):
+        if not 0 <= fault_rate < 1:
+            raise ValueError(f"fault_rate must be in [0, 1); got {fault_rate}")
         super().__init__(**kwargs)
+        self.fault_rate = fault_rate
         if isinstance(tool_cache, ToolCache):
             self.cache: ToolCache | None = tool_cache
         elif tool_cache in _CACHE_SCOPES:
@@ -52,6 +65,8 @@ class KnowledgeEnv(ToolEnv):
             raise ValueError(f"tool_cache must be one of {', '.join(_CACHE_SCOPES)} or a ToolCache; got {tool_cache!r}")
         self.snapshot = snapshot_path()
         self._cache_hits = self._cache_misses = 0
+        self._faults = 0
+        self._fault_draws = np.random.default_rng(0)
         self.submitted: str | None = None
 
     # ------------------------------------------------------------------ episode lifecycle
@@ -59,6 +74,10 @@ class KnowledgeEnv(ToolEnv):
     def setup_episode(self, task: dict[str, Any]) -> list[Message]:
         self.submitted = None
         self._cache_hits = self._cache_misses = 0
+        self._faults = 0
+        # The fault stream of an episode depends on its seed and task only.
+        seed = self._seed if self._seed is not None else int(self.np_random.integers(2**31))
+        self._fault_draws = np.random.default_rng([seed, zlib.crc32(task["task_id"].encode())])
         return [{"role": "system", "content": self.system_prompt()}, {"role": "user", "content": task["question"]}]
 
     def system_prompt(self) -> str:
@@ -77,7 +96,7 @@ class KnowledgeEnv(ToolEnv):
         return self.submitted is not None
 
     def extra_info(self) -> dict[str, Any]:
-        return {"cache_hits": self._cache_hits, "cache_misses": self._cache_misses}
+        return {"cache_hits": self._cache_hits, "cache_misses": self._cache_misses, "faults": self._faults}
 
     # --------------------------------------------------------------------------- tools
 
@@ -93,6 +112,10 @@ class KnowledgeEnv(ToolEnv):
 
     def cached(self, tool_name: str, arguments: dict[str, Any], compute: Callable[[], Any]) -> str:
         """Run a snapshot tool through the cache; the result is its JSON text (or a ToolError)."""
+
+        if self.fault_rate and self._fault_draws.random() < self.fault_rate:
+            self._faults += 1
+            raise ToolError(FAULT_MESSAGE)
 
         def as_text() -> str:
             result = compute()

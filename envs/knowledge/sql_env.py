@@ -51,11 +51,14 @@ Terminates when ``answer`` runs. Truncates after ``max_turns`` assistant turns (
 ``split``, ``tasks``, ``task_ids``, ``max_turns``, ``max_tool_calls``, ``render_mode`` (see
 :class:`agentgym.env.ToolEnv`); ``max_rows`` (default 50); ``tool_cache`` (``"instance"``,
 ``"process"``, ``"off"`` or a shared :class:`~agentgym.envs.knowledge.cache.ToolCache`; cache hits
-and misses of the episode are in ``info["cache_hits"]`` / ``info["cache_misses"]``).
+and misses of the episode are in ``info["cache_hits"]`` / ``info["cache_misses"]``); ``fault_rate``
+(default 0: each ``sql`` call fails with a transient error with this probability, drawn from the
+episode's seed and task; counted in ``info["faults"]``).
 
 ## Version History
 
-- v0: initial release (600 generated tasks, 200 per difficulty, 70/15/15 train/val/test).
+- v0: initial release (600 generated tasks, 200 per difficulty, 70/15/15 train/val/test);
+  ``fault_rate`` added (default off, so episodes without it are unchanged).
 """
 
 from __future__ import annotations

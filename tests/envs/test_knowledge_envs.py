@@ -208,3 +208,50 @@ def test_observations_show_the_tools_and_schema():
     assert [t["function"]["name"] for t in env.tools] == ["answer", "sql"]
     assert [t["function"]["name"] for t in ToolMathEnv(split="val").tools] == ["answer", "search", "open", "calculator"]
     env.close()
+
+
+def _sql_call(query):
+    return format_tool_call("sql", {"query": query})
+
+
+def test_transient_faults_are_seeded_and_recoverable():
+    from agentgym.envs.knowledge.base import FAULT_MESSAGE
+
+    def outcomes(env, seed, task_id, calls=6):
+        env.reset(seed=seed, options={"task_id": task_id})
+        query = env.task["solution"]["sql"]
+        seen = []
+        for _ in range(calls):
+            observation, _, _, _, info = env.step(_sql_call(query))
+            seen.append(FAULT_MESSAGE in observation[0]["content"])
+        return seen, info
+
+    env = SQLEnv(split="test", fault_rate=0.5, tool_cache="off")
+    task = env.task_ids[0]
+    first, info = outcomes(env, 7, task)
+    assert info["faults"] == sum(first) and info["tool_errors"] == sum(first)
+    assert 0 < sum(first) < len(first)  # some calls fail, the same call again can succeed
+    assert outcomes(SQLEnv(split="test", fault_rate=0.5, tool_cache="off"), 7, task)[0] == first  # same seed, same faults
+    patterns = {tuple(outcomes(env, seed, task)[0]) for seed in range(8)}
+    assert len(patterns) > 1  # other seeds, other faults
+    clean, info = outcomes(SQLEnv(split="test", tool_cache="off"), 7, task)
+    assert not any(clean) and info["faults"] == 0
+    with pytest.raises(ValueError, match="fault_rate"):
+        SQLEnv(fault_rate=1.0)
+
+
+def test_an_episode_recovers_from_a_fault_by_calling_again():
+    env = SQLEnv(split="test", fault_rate=0.5, tool_cache="off")
+    for seed in range(20):  # find a seed whose first call fails
+        env.reset(seed=seed, options={"task_id": env.task_ids[0]})
+        query = env.task["solution"]["sql"]
+        observation, *_ = env.step(_sql_call(query))
+        if observation[0]["content"].startswith("Error"):
+            break
+    else:
+        pytest.fail("no fault in 20 seeds at fault_rate 0.5")
+    while observation[0]["content"].startswith("Error"):
+        observation, *_ = env.step(_sql_call(query))
+    assert json.loads(observation[0]["content"])["rows"]
+    _, _, terminated, _, _ = env.step(format_tool_call("answer", {"text": str(env.task["answer"]["value"])}))
+    assert terminated and env.episode_record()["success"]

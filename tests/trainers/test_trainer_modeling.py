@@ -106,3 +106,20 @@ def test_reference_is_a_frozen_snapshot(model) -> None:
     torch.testing.assert_close(reference.logprobs(batch), before)
     assert not torch.allclose(token_logprobs(model, batch)[0], before)
     assert all(not p.requires_grad for p in reference.model.parameters())
+
+
+def test_bf16_autocast_sees_every_weight_update() -> None:
+    """The trainer keeps one autocast context for a whole run; casts must not be cached across steps."""
+    from agentgym.trainers.modeling import autocast
+
+    layer = torch.nn.Linear(4, 4)
+    x = torch.ones(1, 4)
+    with autocast(torch.device("cpu"), "bf16"):
+        before = layer(x).detach().clone()
+        assert before.dtype == torch.bfloat16
+        with torch.no_grad():
+            layer.weight.add_(1.0)
+        after = layer(x)
+    assert not torch.equal(before, after)
+    with autocast(torch.device("cpu"), "off"):
+        assert layer(x).dtype == torch.float32

@@ -1,0 +1,159 @@
+"""The learning experiment on a tiny budget: the protocol end to end, disjoint task sets, numbers
+recomputed from the written episodes, resume, and the interval arithmetic it reports."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+
+import pytest
+import yaml
+from letters_env import TOY_ENV
+
+from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
+from agentgym.rollout import read_jsonl
+from agentgym.trainers.config import ConfigError
+from agentgym.trainers.experiment import load_experiment, run_experiment, summarize_experiment
+
+QUIET = {"progress": False, "tensorboard": False, "plots": False}
+
+
+def _config(tiny_model_dir, out) -> dict:
+    return {
+        "env_id": TOY_ENV,
+        "model": str(tiny_model_dir),
+        "output_dir": str(out),
+        "seeds": [0, 1],
+        "sft_tasks": {"splits": ["train"], "task_ids": ["letters-0", "letters-1", "letters-2"]},
+        "grpo_tasks": {"splits": ["train"], "task_ids": ["letters-3", "letters-4", "letters-5"]},
+        "evaluation": {"tasks": {"splits": ["test"], "task_ids": ["letters-6", "letters-7"]}, "trials": 2},
+        "training": {
+            "device": "cpu",
+            "rollout": {"num_tasks": 1, "group_size": 2, "max_new_tokens": 6},
+            "sft": {"steps": 1, "batch_size": 2, "optim": {"lr": 1e-2}},
+            "grpo": {"steps": 1, "micro_batch_size": 2},
+            "optim": {"lr": 1e-2},
+            "logging": QUIET,
+        },
+        "ablations": {"env_tokens_in_loss": {"grpo": {"train_on_env_tokens": True}}},
+    }
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_model_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("experiment")
+    path = out / "experiment-config.yaml"
+    path.write_text(yaml.safe_dump(_config(tiny_model_dir, out / "results")))
+    config = load_experiment(path)
+    summary = run_experiment(config, log=lambda line: None)
+    return config, out / "results", summary
+
+
+def test_every_arm_is_trained_and_evaluated(finished) -> None:
+    config, out, summary = finished
+    assert set(summary["arms"]) == {"base", "sft", "grpo", "env_tokens_in_loss"}
+    for arm in ("sft", "grpo", "env_tokens_in_loss"):
+        for seed in config.seeds:
+            assert (out / arm / f"seed-{seed}" / "run" / "model").is_dir()
+            assert len(read_jsonl(out / arm / f"seed-{seed}" / "eval.jsonl")) == 2 * 2  # tasks x trials
+    assert summary["arms"]["base"]["n"] == 4 and summary["arms"]["grpo"]["n"] == 8  # base once, the others per seed
+    assert (out / "results.md").read_text().startswith("# Learning experiment")
+    assert set(summary["grpo_curves"]) == {"grpo", "env_tokens_in_loss"}
+    assert summary["phase_seconds"] and summary["wall_seconds"] > 0
+
+
+def test_task_sets_are_disjoint_and_recorded(finished) -> None:
+    _, out, summary = finished
+    sft, grpo, evaluation = (set(summary[k]) for k in ("sft_task_ids", "train_task_ids", "eval_task_ids"))
+    ids = [{t.split(":", 1)[1] for t in s} for s in (sft, grpo, evaluation)]
+    assert not ids[0] & ids[1] and not ids[0] & ids[2] and not ids[1] & ids[2]
+    assert json.loads((out / "tasks.json").read_text()) == {"sft": summary["sft_task_ids"], "grpo": summary["train_task_ids"], "eval": summary["eval_task_ids"]}
+    # The GRPO phase trained on exactly the GRPO tasks, SFT demonstrated exactly the SFT tasks.
+    grpo_run = yaml.safe_load((out / "grpo" / "seed-0" / "run" / "config.yaml").read_text())
+    sft_run = yaml.safe_load((out / "sft" / "seed-0" / "run" / "config.yaml").read_text())
+    assert {f"train:{t}" for t in grpo_run["rollout"]["task_ids"]} == grpo
+    assert {f"train:{t}" for t in sft_run["sft"]["task_ids"]} == sft
+    assert grpo_run["sft"]["steps"] == 0 and sft_run["grpo"]["steps"] == 0
+    assert grpo_run["model"].endswith("sft/seed-0/run/model")
+
+
+def test_summary_numbers_come_from_the_written_episodes(finished) -> None:
+    config, out, summary = finished
+    for arm in ("base", "sft", "grpo"):
+        paths = [out / "base" / "eval.jsonl"] if arm == "base" else [out / arm / f"seed-{s}" / "eval.jsonl" for s in config.seeds]
+        rows = [r for p in paths for r in read_jsonl(p)]
+        wins = sum(r["success"] for r in rows)
+        reported = summary["arms"][arm]
+        assert reported["n"] == len(rows) and reported["success"] == pytest.approx(wins / len(rows))
+        assert reported["ci"] == pytest.approx(list(wilson_interval(wins, len(rows))))
+        assert reported["mean_reward"] == pytest.approx(sum(r["reward"] for r in rows) / len(rows))
+    sft = {(r["seed"], r["task_id"], r["trial"]): r["success"] for s in config.seeds for r in read_jsonl(out / "sft" / f"seed-{s}" / "eval.jsonl")}
+    diffs = [r["success"] - sft[(r["seed"], r["task_id"], r["trial"])] for s in config.seeds for r in read_jsonl(out / "grpo" / f"seed-{s}" / "eval.jsonl")]
+    delta = summary["delta_grpo_minus_sft"]
+    assert delta["mean"] == pytest.approx(sum(diffs) / len(diffs)) and delta["n_pairs"] == len(diffs)
+    assert delta["ci"][0] <= delta["mean"] <= delta["ci"][1]
+    # Every arm saw the same (task, environment seed) pairs.
+    pairs = {arm: sorted((r["task_id"], r["env_seed"]) for r in read_jsonl(out / arm / "seed-0" / "eval.jsonl")) for arm in ("sft", "grpo")}
+    assert pairs["sft"] == pairs["grpo"] == sorted((r["task_id"], r["env_seed"]) for r in read_jsonl(out / "base" / "eval.jsonl"))
+
+
+def test_a_rerun_resumes_and_reproduces_the_summary(finished) -> None:
+    config, out, summary = finished
+    (out / "grpo" / "seed-1" / "eval.jsonl").unlink()  # as if interrupted before this evaluation
+    again = run_experiment(config, log=lambda line: None)
+    for arm in summary["arms"]:
+        assert again["arms"][arm]["success"] == summary["arms"][arm]["success"]
+    assert summarize_experiment(out)["delta_grpo_minus_sft"] == summary["delta_grpo_minus_sft"]
+
+
+def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None:
+    def load(change: dict) -> None:
+        path = tmp_path / "x.yaml"
+        path.write_text(yaml.safe_dump({**_config(tiny_model_dir, tmp_path / "out"), **change}))
+        load_experiment(path)
+
+    with pytest.raises(ConfigError, match="training.seed is set by the experiment"):
+        load({"training": {**_config(tiny_model_dir, tmp_path)["training"], "seed": 3}})
+    with pytest.raises(ConfigError, match=r"evaluation\.trails: unknown option"):
+        load({"evaluation": {"trails": 2}})
+    with pytest.raises(ConfigError, match="seeds"):
+        load({"seeds": [1, 1]})
+    with pytest.raises(ConfigError, match="grpo.steps"):
+        load({"training": {"sft": {"steps": 0}, "grpo": {"steps": 0}}})
+
+
+def test_overlapping_task_sets_are_refused(tiny_model_dir, tmp_path) -> None:
+    config = _config(tiny_model_dir, tmp_path / "out")
+    config["evaluation"]["tasks"] = {"splits": ["train"], "task_ids": ["letters-0"]}  # excluded: an SFT task
+    path = tmp_path / "x.yaml"
+    path.write_text(yaml.safe_dump(config))
+    with pytest.raises(ConfigError, match="empty"):
+        run_experiment(load_experiment(path), log=lambda line: None)
+
+
+def test_interval_arithmetic() -> None:
+    low, high = wilson_interval(7, 10)
+    assert (round(low, 4), round(high, 4)) == (0.3968, 0.8922)  # the textbook Wilson interval
+    assert wilson_interval(0, 5)[0] == pytest.approx(0.0, abs=1e-12) and wilson_interval(5, 5)[1] == pytest.approx(1.0)
+    # pass^k: C(c, k) / C(n, k) per task, averaged.
+    trials = {"a": [True, True, True], "b": [True, False, True], "c": [False, False, False]}
+    assert pass_hat_k(trials, 1) == pytest.approx((1 + 2 / 3 + 0) / 3)
+    assert pass_hat_k(trials, 2) == pytest.approx((1 + 1 / 3 + 0) / 3)
+    assert pass_hat_k(trials, 3) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="trials"):
+        pass_hat_k(trials, 4)
+    # The bootstrap interval brackets the mean, narrows with more clusters and is deterministic.
+    few = {i: [1.0 if i % 2 else 0.0] for i in range(10)}
+    many = {i: [1.0 if i % 2 else 0.0] for i in range(400)}
+    mean, (lo, hi) = paired_bootstrap(few)
+    assert mean == 0.5 and lo < 0.5 < hi and paired_bootstrap(few) == (mean, (lo, hi))
+    _, (lo2, hi2) = paired_bootstrap(many)
+    assert hi2 - lo2 < hi - lo
+    assert math.isclose(paired_bootstrap({0: [1.0, 1.0], 1: [0.0]})[0], 2 / 3)
+    # Differences that share a cluster move together: the interval is wider than for independent ones.
+    clustered = defaultdict(list)
+    for i in range(20):
+        clustered[i // 4].append(1.0 if (i // 4) % 2 else 0.0)
+    independent = {i: [1.0 if (i // 4) % 2 else 0.0] for i in range(20)}
+    assert paired_bootstrap(clustered)[1][1] - paired_bootstrap(clustered)[1][0] > paired_bootstrap(independent)[1][1] - paired_bootstrap(independent)[1][0]

@@ -1,0 +1,670 @@
+"""The learning experiment: does GRPO make the agent better than its SFT starting point?
+
+One command runs the whole comparison and writes a results folder::
+
+    agentgym experiment trainers/configs/learning_cpu.yaml
+
+Read :func:`run_experiment` top to bottom; it is the whole protocol::
+
+    pick the tasks: SFT demonstrations, GRPO training tasks (disjoint from them), evaluation tasks
+        (other splits, disjoint from both)
+    evaluate the untouched model
+    for each seed:
+        SFT on the demonstrations                          -> evaluate
+        GRPO from that SFT model                           -> evaluate
+        each ablation: GRPO with one setting changed       -> evaluate
+    summarise the written evaluation episodes: success with Wilson intervals, the paired
+        GRPO - SFT difference with a task-clustered bootstrap interval, pass^k over trials,
+        per-template breakdowns, curves of the GRPO phases, example trajectories
+
+Every evaluation plays each evaluation task ``trials`` times with different environment seeds
+(different faults, when the environment has them), greedily, and every arm sees exactly the same
+(task, environment seed) pairs, so arms are compared pair by pair. Everything derives from the
+seeds: rerunning the command reproduces the numbers. An interrupted run resumes where it stopped
+(finished phases are kept; an interrupted training phase resumes from its last checkpoint).
+
+Files (``output_dir``): ``experiment.yaml`` (the configuration), ``tasks.json`` (the task ids of
+each role), ``<arm>/seed-<s>/run/`` (the trainer's run folder), ``<arm>/seed-<s>/eval.jsonl`` and
+``base/eval.jsonl`` (one line per evaluation episode), ``timings.json`` (wall seconds per phase),
+``summary.json``, ``results.md`` and ``plots/``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import statistics
+import subprocess
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
+from agentgym.rollout import read_jsonl, write_jsonl
+from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict, config_to_dict
+
+__all__ = ["EvaluationSection", "ExperimentConfig", "TaskPick", "load_experiment", "run_experiment", "summarize_experiment"]
+
+_STRICT_KEYS = ConfigDict(extra="forbid")
+BASE, SFT, GRPO = "base", "sft", "grpo"
+
+
+@dataclass(frozen=True)
+class TaskPick:
+    """A set of the environment's tasks.
+
+    Attributes:
+        splits: the splits they come from.
+        difficulties: keep only tasks of these difficulties (``None``: all).
+        task_ids: exactly these tasks (then ``difficulties`` must be ``None``).
+        count: at most this many, in an order shuffled by the experiment's first seed.
+    """
+
+    __pydantic_config__ = _STRICT_KEYS
+
+    splits: tuple[str, ...] = ("train",)
+    difficulties: tuple[str, ...] | None = None
+    task_ids: tuple[str, ...] | None = None
+    count: int | None = None
+
+
+@dataclass(frozen=True)
+class EvaluationSection:
+    """How every arm is evaluated.
+
+    Attributes:
+        tasks: the evaluation tasks (their splits must differ from the training tasks').
+        trials: episodes per task, each with another environment seed (pass^k needs k <= trials).
+        temperature: sampling temperature (0: greedy).
+        env_kwargs: ``gym.make`` arguments of the evaluation episodes.
+        seed: base environment seed; trial ``t`` of task ``g`` uses ``seed + 10_000 * t + g``.
+    """
+
+    __pydantic_config__ = _STRICT_KEYS
+
+    tasks: TaskPick = field(default_factory=lambda: TaskPick(splits=("test",)))
+    trials: int = 2
+    temperature: float = 0.0
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    seed: int = 100_000
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A whole experiment (see the module docstring).
+
+    Attributes:
+        env_id: the environment.
+        model: the starting model (``None``: the bundled default model).
+        output_dir: the results folder.
+        seeds: training seeds; every arm is trained once per seed.
+        sft_tasks: the tasks whose oracle demonstrations SFT trains on.
+        grpo_tasks: the tasks GRPO trains on (the SFT tasks are removed from them).
+        evaluation: how every arm is evaluated.
+        training: the trainer's configuration (a ``TrainConfig`` without ``env_id``, ``model``,
+            ``seed`` and ``output_dir``); its ``sft`` section drives the SFT phase and its ``grpo``,
+            ``rollout`` and ``optim`` sections the GRPO phase.
+        ablations: arms that rerun the GRPO phase with some training options changed, by name
+            (e.g. ``{"env_tokens_in_loss": {"grpo": {"train_on_env_tokens": true}}}``).
+    """
+
+    __pydantic_config__ = _STRICT_KEYS
+
+    env_id: str
+    model: str | None = None
+    output_dir: str = "runs/experiment"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    sft_tasks: TaskPick = field(default_factory=TaskPick)
+    grpo_tasks: TaskPick = field(default_factory=TaskPick)
+    evaluation: EvaluationSection = field(default_factory=EvaluationSection)
+    training: dict[str, Any] = field(default_factory=dict)
+    ablations: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+_ADAPTER = TypeAdapter(ExperimentConfig)
+_RESERVED = ("env_id", "model", "seed", "output_dir")
+
+
+def load_experiment(path: str | Path, *, output_dir: str | None = None) -> ExperimentConfig:
+    """Read and check an experiment YAML file.
+
+    Raises:
+        ConfigError: unknown keys, wrong types, or a training section the trainer rejects.
+    """
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of options")
+    if output_dir is not None:
+        data["output_dir"] = output_dir
+    try:
+        config = _ADAPTER.validate_python(data)
+    except ValidationError as exc:
+        lines = [
+            f"{'.'.join(str(p) for p in e['loc'])}: " + ("unknown option" if e["type"] == "unexpected_keyword_argument" else e["msg"])
+            for e in exc.errors()
+        ]
+        raise ConfigError("invalid experiment configuration:\n  " + "\n  ".join(lines)) from None
+    problems = [f"training.{key} is set by the experiment; leave it out" for key in _RESERVED if key in config.training]
+    problems += [f"ablation {name!r} changes nothing" for name, change in config.ablations.items() if not change]
+    problems += [f"ablation name {name!r} is taken by an arm" for name in config.ablations if name in (BASE, SFT, GRPO)]
+    if not config.seeds or len(set(config.seeds)) != len(config.seeds):
+        problems.append("seeds must be distinct and at least one")
+    if config.evaluation.trials < 1:
+        problems.append("evaluation.trials must be at least 1")
+    for name, pick in (("sft_tasks", config.sft_tasks), ("grpo_tasks", config.grpo_tasks), ("evaluation.tasks", config.evaluation.tasks)):
+        if pick.task_ids is not None and pick.difficulties is not None:
+            problems.append(f"{name}: give task_ids or difficulties, not both")
+    if problems:
+        raise ConfigError("invalid experiment configuration:\n  " + "\n  ".join(problems))
+    _train_config(config, SFT, config.seeds[0], [], [], Path(config.output_dir))  # the trainer checks its part now
+    return config
+
+
+# --------------------------------------------------------------------------------- the protocol
+
+
+def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) the experiment and write its results; returns the summary."""
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = _tasks(config, out)
+    _record_config(config, out)
+    timings = _Timings(out / "timings.json")
+
+    with timings.phase("base/eval"):
+        _evaluate(config, None, tasks["eval"], out / BASE / "eval.jsonl", arm=BASE, seed=None, log=log)
+    for seed in config.seeds:
+        sft_run = out / SFT / f"seed-{seed}" / "run"
+        with timings.phase(f"sft/seed-{seed}/train"):
+            _train(_train_config(config, SFT, seed, tasks["sft"], tasks["grpo"], sft_run), sft_run, log)
+        with timings.phase(f"sft/seed-{seed}/eval"):
+            _evaluate(config, sft_run / "model", tasks["eval"], out / SFT / f"seed-{seed}" / "eval.jsonl", arm=SFT, seed=seed, log=log)
+        for arm, change in [(GRPO, {}), *config.ablations.items()]:
+            run = out / arm / f"seed-{seed}" / "run"
+            train_config = _train_config(config, GRPO, seed, tasks["sft"], tasks["grpo"], run, model=sft_run / "model", change=change)
+            with timings.phase(f"{arm}/seed-{seed}/train"):
+                _train(train_config, run, log)
+            with timings.phase(f"{arm}/seed-{seed}/eval"):
+                _evaluate(config, run / "model", tasks["eval"], out / arm / f"seed-{seed}" / "eval.jsonl", arm=arm, seed=seed, log=log)
+    summary = summarize_experiment(out, commit=_commit(), wall_seconds=timings.total())
+    log(f"results: {out / 'results.md'}")
+    return summary
+
+
+def _tasks(config: ExperimentConfig, out: Path) -> dict[str, list[str]]:
+    """The task ids of each role, checked disjoint; written to ``tasks.json`` (and read back on resume)."""
+    path = out / "tasks.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    rng_seed = config.seeds[0]
+    sft = _pick(config.env_id, config.sft_tasks, rng_seed, exclude=())
+    grpo = _pick(config.env_id, config.grpo_tasks, rng_seed + 1, exclude=sft)
+    evaluation = _pick(config.env_id, config.evaluation.tasks, rng_seed + 2, exclude=[*sft, *grpo])
+    if not sft or not grpo or not evaluation:
+        raise ConfigError(f"a task set is empty (sft {len(sft)}, grpo {len(grpo)}, evaluation {len(evaluation)})")
+    roles = {"sft": sft, "grpo": grpo, "eval": evaluation}
+    for a, b in (("sft", "grpo"), ("sft", "eval"), ("grpo", "eval")):
+        if {_task_id(t) for t in roles[a]} & {_task_id(t) for t in roles[b]}:
+            raise ConfigError(f"the {a} and {b} tasks overlap")
+    path.write_text(json.dumps(roles, indent=1) + "\n", encoding="utf-8")
+    return roles
+
+
+def _pick(env_id: str, pick: TaskPick, seed: int, *, exclude: Sequence[str]) -> list[str]:
+    """The tasks ``pick`` names, minus ``exclude``, in a seeded order (at most ``count``)."""
+    chosen: list[str] = []
+    for split in pick.splits:
+        env = gym.make(env_id, split=split)
+        try:
+            for task in env.unwrapped.tasks:
+                if pick.task_ids is not None and task["task_id"] not in pick.task_ids:
+                    continue
+                if pick.difficulties is not None and task.get("difficulty") not in pick.difficulties:
+                    continue
+                chosen.append(f"{split}:{task['task_id']}")
+        finally:
+            env.close()
+    skip = {_task_id(t) for t in exclude}
+    chosen = [t for t in chosen if _task_id(t) not in skip]
+    order = np.random.default_rng(seed).permutation(len(chosen))
+    chosen = [chosen[int(i)] for i in order]
+    return chosen[: pick.count] if pick.count is not None else chosen
+
+
+def _task_id(entry: str) -> str:
+    return entry.split(":", 1)[1]
+
+
+def _split_ids(tasks: Sequence[str]) -> dict[str, list[str]]:
+    """``split:task_id`` entries grouped by split, in order."""
+    by_split: dict[str, list[str]] = defaultdict(list)
+    for entry in tasks:
+        split, task_id = entry.split(":", 1)
+        by_split[split].append(task_id)
+    return dict(by_split)
+
+
+def _train_config(
+    config: ExperimentConfig,
+    phase: str,
+    seed: int,
+    sft_tasks: Sequence[str],
+    grpo_tasks: Sequence[str],
+    run: Path,
+    *,
+    model: Path | None = None,
+    change: Mapping[str, Any] | None = None,
+) -> TrainConfig:
+    """The trainer configuration of one phase: SFT alone, or GRPO alone from the SFT model."""
+    data = json.loads(json.dumps(config.training))  # a deep copy
+    sections = {key: dict(data.get(key) or {}) for key in ("sft", "grpo", "rollout", "eval")}
+    grpo_split = _single_split(grpo_tasks, "grpo_tasks")
+    if phase == SFT:
+        sections["sft"].update(task_ids=_split_ids(sft_tasks).get(grpo_split, []) or None)
+        sections["grpo"]["steps"] = 0
+    else:
+        sections["sft"]["steps"] = 0
+    sections["rollout"].update(split=grpo_split, task_ids=_split_ids(grpo_tasks).get(grpo_split) or None)
+    sections["eval"]["enabled"] = False  # the experiment evaluates every arm itself
+    data.update(sections, env_id=config.env_id, seed=seed, output_dir=str(run),
+                model=str(model) if model is not None else config.model)
+    for key, value in (change or {}).items():
+        data[key] = {**data.get(key, {}), **value} if isinstance(value, Mapping) else value
+    if phase == SFT and sft_tasks and _single_split(sft_tasks, "sft_tasks") != grpo_split:
+        raise ConfigError("sft_tasks and grpo_tasks must come from the same split (the trainer's rollout split)")
+    return config_from_dict(data)
+
+
+def _single_split(tasks: Sequence[str], name: str) -> str:
+    splits = sorted(_split_ids(tasks)) or ["train"]
+    if len(splits) != 1:
+        raise ConfigError(f"{name} must come from one split, got {', '.join(splits)}")
+    return splits[0]
+
+
+def _train(train_config: TrainConfig, run: Path, log: Callable[[str], None]) -> None:
+    """Run one training phase unless it finished; resume it from its checkpoint if it was interrupted."""
+    from agentgym.trainers.checkpoint import latest_checkpoint
+    from agentgym.trainers.trainer import train
+
+    if (run / "report.md").is_file() and (run / "model").is_dir():
+        return
+    resume = latest_checkpoint(run) is not None
+    log(f"training {run} ({'resuming' if resume else 'from the start'})")
+    train(train_config, resume=resume, overwrite=not resume)
+
+
+def _evaluate(
+    config: ExperimentConfig,
+    model: Path | None,
+    tasks: Sequence[str],
+    path: Path,
+    *,
+    arm: str,
+    seed: int | None,
+    log: Callable[[str], None],
+) -> None:
+    """Play every evaluation task ``trials`` times with ``model``; one JSON line per episode in ``path``."""
+    if path.is_file():
+        return
+    from agentgym.models import load_model
+    from agentgym.models.hf import HFBackend
+    from agentgym.runner import RolloutConfig, RolloutRunner
+
+    log(f"evaluating {arm}" + (f" seed {seed}" if seed is not None else ""))
+    training = config_from_dict({**config.training, "env_id": config.env_id})
+    policy, tokenizer = load_model(str(model) if model is not None else config.model, device=training.device)
+    backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""))
+    ev, r = config.evaluation, training.rollout
+    records = []
+    for trial in range(ev.trials):
+        for split, task_ids in _split_ids(tasks).items():
+            rollout = RolloutConfig(
+                config.env_id, split=split, task_ids=task_ids, seed=ev.seed + 10_000 * trial, temperature=ev.temperature,
+                max_turns=r.max_turns, max_new_tokens=r.max_new_tokens, max_total_tokens=r.max_total_tokens,
+                template_kwargs=r.template_kwargs, tool_mode=r.tool_mode, env_kwargs=dict(ev.env_kwargs),
+            )
+            for episode in RolloutRunner(backend).run(rollout):
+                records.append(_eval_record(episode, arm=arm, seed=seed, trial=trial, split=split))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(path, records)
+
+
+def _eval_record(episode: Any, *, arm: str, seed: int | None, trial: int, split: str) -> dict[str, Any]:
+    record = episode.record
+    final = record["steps"][-1]["info"] if record["steps"] else {}
+    return {
+        "arm": arm,
+        "seed": seed,
+        "trial": trial,
+        "split": split,
+        "task_id": record["task_id"],
+        "env_seed": record["seed"],
+        "difficulty": record.get("difficulty"),
+        "template": record.get("template"),
+        "success": bool(record["success"]),
+        "reward": float(record["reward"]),
+        "turns": int(record["turns"]),
+        "stop_reason": episode.stop_reason,
+        "sampled_tokens": int(sum(episode.trajectory.loss_mask)),
+        "tokens": len(episode.trajectory.token_ids),
+        "faults": int(final.get("faults", 0)),
+        "tool_errors": int(final.get("tool_errors", 0)),
+        "format_errors": int(final.get("format_errors", 0)),
+        "messages": record["messages"][1:],  # without the system prompt, which every episode shares
+    }
+
+
+# ------------------------------------------------------------------------------ bookkeeping
+
+
+class _Timings:
+    """Wall seconds per phase, kept in a JSON file so a resumed run adds up all its sessions."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.seconds: dict[str, float] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+    def phase(self, name: str) -> Any:
+        import contextlib
+
+        @contextlib.contextmanager
+        def timed() -> Any:
+            started = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+                self.path.write_text(json.dumps(self.seconds, indent=1) + "\n", encoding="utf-8")
+
+        return timed()
+
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+
+def _record_config(config: ExperimentConfig, out: Path) -> None:
+    import yaml
+
+    path = out / "experiment.yaml"
+    text = yaml.safe_dump(json.loads(json.dumps(dataclasses.asdict(config))), sort_keys=False)
+    if path.is_file() and path.read_text(encoding="utf-8") != text:
+        raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
+    path.write_text(text, encoding="utf-8")
+
+
+def _commit() -> str | None:
+    """The git commit of the code that ran (with ``-dirty`` when it had uncommitted changes)."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
+# ------------------------------------------------------------------------------ the summary
+
+
+def summarize_experiment(out: str | Path, *, commit: str | None = None, wall_seconds: float | None = None) -> dict[str, Any]:
+    """Compute every number of the results from the written evaluation episodes; write
+    ``summary.json``, ``results.md`` and ``plots/``; return the summary."""
+    out = Path(out)
+    import yaml
+
+    config = _ADAPTER.validate_python(yaml.safe_load((out / "experiment.yaml").read_text(encoding="utf-8")))
+    tasks = json.loads((out / "tasks.json").read_text(encoding="utf-8"))
+    arms = [BASE, SFT, GRPO, *config.ablations]
+    episodes = {arm: _read_arm(out, arm, config.seeds) for arm in arms}
+    episodes = {arm: rows for arm, rows in episodes.items() if rows}
+    summary: dict[str, Any] = {
+        "env_id": config.env_id,
+        "model": config.model or "smollm2-135m-instruct",
+        "commit": commit,
+        "wall_seconds": wall_seconds,
+        "seeds": list(config.seeds),
+        "evaluation": {"trials": config.evaluation.trials, "temperature": config.evaluation.temperature,
+                       "env_kwargs": config.evaluation.env_kwargs, "episodes_per_model": len(tasks["eval"]) * config.evaluation.trials},
+        "arms": {arm: _arm_summary(rows, config.evaluation.trials) for arm, rows in episodes.items()},
+        "train_task_ids": tasks["grpo"],
+        "sft_task_ids": tasks["sft"],
+        "eval_task_ids": tasks["eval"],
+    }
+    for arm in [GRPO, *config.ablations]:
+        if arm in episodes and SFT in episodes:
+            summary[f"delta_{arm}_minus_sft"] = _paired_delta(episodes[arm], episodes[SFT])
+    for arm in config.ablations:
+        if arm in episodes and GRPO in episodes:
+            summary[f"delta_{arm}_minus_grpo"] = _paired_delta(episodes[arm], episodes[GRPO])
+    curves = {arm: _curves(out, arm, config.seeds) for arm in [GRPO, *config.ablations]}
+    summary["grpo_curves"] = {arm: c for arm, c in curves.items() if c}
+    timings = out / "timings.json"
+    summary["phase_seconds"] = json.loads(timings.read_text(encoding="utf-8")) if timings.is_file() else {}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
+    plots = _plots(summary, out / "plots")
+    (out / "results.md").write_text(_results_markdown(summary, episodes, plots, out), encoding="utf-8")
+    return summary
+
+
+def _read_arm(out: Path, arm: str, seeds: Sequence[int]) -> list[dict[str, Any]]:
+    paths = [out / BASE / "eval.jsonl"] if arm == BASE else [out / arm / f"seed-{s}" / "eval.jsonl" for s in seeds]
+    return [row for path in paths if path.is_file() for row in read_jsonl(path)]
+
+
+def _arm_summary(rows: Sequence[Mapping[str, Any]], trials: int) -> dict[str, Any]:
+    """Success (pooled, with a Wilson interval), its spread over seeds, pass^k, and episode statistics."""
+    successes = sum(r["success"] for r in rows)
+    per_seed: dict[Any, list[bool]] = defaultdict(list)
+    per_task: dict[tuple[Any, str], list[bool]] = defaultdict(list)
+    per_template: dict[str, list[bool]] = defaultdict(list)
+    for r in rows:
+        per_seed[r["seed"]].append(r["success"])
+        per_task[(r["seed"], r["task_id"])].append(r["success"])
+        per_template[_template(r)].append(r["success"])
+    seed_rates = [statistics.fmean(v) for v in per_seed.values()]
+    low, high = wilson_interval(successes, len(rows))
+    return {
+        "success": successes / len(rows),
+        "ci": [low, high],
+        "n": len(rows),
+        "seeds": [s for s in per_seed if s is not None],
+        "per_seed": {str(s): statistics.fmean(v) for s, v in per_seed.items()},
+        "seed_mean": statistics.fmean(seed_rates),
+        "seed_std": statistics.stdev(seed_rates) if len(seed_rates) > 1 else 0.0,
+        "mean_reward": statistics.fmean(r["reward"] for r in rows),
+        **{f"pass^{k}": pass_hat_k(per_task, k) for k in range(1, trials + 1)},
+        "mean_turns": statistics.fmean(r["turns"] for r in rows),
+        "mean_sampled_tokens": statistics.fmean(r["sampled_tokens"] for r in rows),
+        "mean_tokens": statistics.fmean(r["tokens"] for r in rows),
+        "faulted_episodes": sum(r["faults"] > 0 for r in rows) / len(rows),
+        "success_after_a_fault": _rate([r["success"] for r in rows if r["faults"] > 0]),
+        "success_without_faults": _rate([r["success"] for r in rows if r["faults"] == 0]),
+        "per_template": {t: {"n": len(v), "success": statistics.fmean(v)} for t, v in sorted(per_template.items())},
+    }
+
+
+def _rate(values: Sequence[bool]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _template(row: Mapping[str, Any]) -> str:
+    """A task's family for breakdowns: its question template, else its difficulty."""
+    return str(row.get("template") or row.get("difficulty") or "all")
+
+
+def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Success difference on identical (seed, task, trial) episodes, with a bootstrap interval over tasks."""
+    base = {(r["seed"], r["task_id"], r["trial"]): r["success"] for r in base_rows}
+    by_task: dict[str, list[float]] = defaultdict(list)
+    wins = losses = 0
+    for r in arm_rows:
+        key = (r["seed"], r["task_id"], r["trial"])
+        if key not in base:
+            raise ValueError(f"no paired episode for {key}")
+        d = float(r["success"]) - float(base[key])
+        wins += d > 0
+        losses += d < 0
+        by_task[r["task_id"]].append(d)
+    mean, (low, high) = paired_bootstrap(by_task)
+    return {"mean": mean, "ci": [low, high], "n_pairs": sum(map(len, by_task.values())), "tasks": len(by_task),
+            "wins": wins, "losses": losses, "interval": "95% bootstrap over tasks (10,000 resamples)"}
+
+
+def _curves(out: Path, arm: str, seeds: Sequence[int]) -> dict[str, dict[str, list[float]]]:
+    """Per seed, the GRPO training metrics by step (from the run's ``metrics.jsonl``)."""
+    from agentgym.trainers.diagnostics import read_metrics
+
+    keys = ("reward/mean", "episode/success_rate", "episode/turns", "policy/entropy", "policy/kl")
+    curves: dict[str, dict[str, list[float]]] = {}
+    for seed in seeds:
+        path = out / arm / f"seed-{seed}" / "run" / "metrics.jsonl"
+        if not path.is_file():
+            continue
+        rows = [row for row in read_metrics(path) if row["phase"] == "grpo"]
+        curves[str(seed)] = {key: [_finite(row.get(key)) for row in rows] for key in keys if any(key in row for row in rows)}
+    return curves
+
+
+def _finite(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def _plots(summary: Mapping[str, Any], folder: Path) -> list[Path]:
+    """Success per arm with intervals, and the GRPO curves; none without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    arms = summary["arms"]
+    fig, ax = plt.subplots(figsize=(6, 3.4), dpi=110)
+    names = list(arms)
+    values = [arms[a]["success"] for a in names]
+    errors = [[v - arms[a]["ci"][0] for a, v in zip(names, values)], [arms[a]["ci"][1] - v for a, v in zip(names, values)]]
+    ax.bar(names, values, yerr=errors, capsize=4, color=["#9e9e9e", "#5c8fd6", "#2e9d5b", "#d9822b", "#8e6cc0"][: len(names)])
+    for i, a in enumerate(names):
+        ax.text(i, values[i] + 0.02, f"{values[i]:.2f}\nn={arms[a]['n']}", ha="center", va="bottom", fontsize=7)
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("success rate (95% Wilson)")
+    ax.set_title("Held-out evaluation")
+    fig.tight_layout()
+    path = folder / "success_by_arm.png"
+    fig.savefig(path)
+    plt.close(fig)
+    written.append(path)
+    for key, title in (("episode/success_rate", "GRPO training rollouts: success"), ("reward/mean", "GRPO training rollouts: mean reward"),
+                       ("policy/entropy", "policy entropy (nats per token)"), ("policy/kl", "KL to the reference"), ("episode/turns", "turns per episode")):
+        series = {arm: {seed: c[key] for seed, c in curves.items() if key in c} for arm, curves in summary["grpo_curves"].items()}
+        series = {arm: s for arm, s in series.items() if s}
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 3.4), dpi=110)
+        for color, (arm, by_seed) in zip(["#2e9d5b", "#d9822b", "#8e6cc0"], series.items()):
+            runs = [[v if v is not None else math.nan for v in ys] for ys in by_seed.values()]
+            for ys in runs:
+                ax.plot(range(1, len(ys) + 1), ys, color=color, alpha=0.25, linewidth=1)
+            length = min(map(len, runs))
+            mean = np.nanmean(np.array([ys[:length] for ys in runs]), axis=0)
+            ax.plot(range(1, length + 1), mean, color=color, linewidth=2, label=f"{arm} (mean of {len(runs)} seeds)")
+        ax.set_xlabel("GRPO step")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        path = folder / f"grpo_{key.replace('/', '_')}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def _results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequence[Mapping[str, Any]]], plots: Sequence[Path], out: Path) -> str:
+    arms = summary["arms"]
+    ev = summary["evaluation"]
+    trials = ev["trials"]
+    lines = [
+        f"# Learning experiment: {summary['env_id']}",
+        "",
+        f"Model `{summary['model']}`; seeds {summary['seeds']}; commit `{summary['commit']}`; "
+        f"wall time {(summary['wall_seconds'] or 0) / 60:.1f} min.",
+        f"Evaluation: {len(summary['eval_task_ids'])} held-out tasks x {trials} trial(s) (environment seeds) = "
+        f"{ev['episodes_per_model']} episodes per model, temperature {ev['temperature']:g}, environment options {ev['env_kwargs']}.",
+        f"Training tasks: {len(summary['sft_task_ids'])} for SFT demonstrations, {len(summary['train_task_ids'])} for GRPO "
+        "(disjoint from each other and from the evaluation tasks).",
+        "",
+        "| arm | success | 95% CI | n | per seed | mean ± sd over seeds | mean reward | " + " | ".join(f"pass^{k}" for k in range(1, trials + 1))
+        + " | success after a fault | turns | sampled tokens |",
+        "|---|---|---|---|---|---|---|" + "---|" * trials + "---|---|---|",
+    ]
+    for arm, a in arms.items():
+        per_seed = ", ".join(f"{v:.2f}" for v in a["per_seed"].values())
+        after = "–" if a["success_after_a_fault"] is None else f"{a['success_after_a_fault']:.3f}"
+        lines.append(
+            f"| {arm} | {a['success']:.3f} | [{a['ci'][0]:.3f}, {a['ci'][1]:.3f}] | {a['n']} | {per_seed} | "
+            f"{a['seed_mean']:.3f} ± {a['seed_std']:.3f} | {a['mean_reward']:.3f} | "
+            + " | ".join(f"{a[f'pass^{k}']:.3f}" for k in range(1, trials + 1))
+            + f" | {after} | {a['mean_turns']:.2f} | {a['mean_sampled_tokens']:.1f} |"
+        )
+    lines += ["", "Paired differences (same seed, task and environment seed), success:", ""]
+    for key, d in summary.items():
+        if key.startswith("delta_"):
+            name = key.removeprefix("delta_").replace("_minus_", " − ")
+            lines.append(f"- **{name}: {d['mean'] * 100:+.1f} pp**, 95% CI [{d['ci'][0] * 100:+.1f}, {d['ci'][1] * 100:+.1f}] pp "
+                         f"({d['n_pairs']} pairs over {d['tasks']} tasks; better in {d['wins']}, worse in {d['losses']}; {d['interval']})")
+    templates = sorted({t for a in arms.values() for t in a["per_template"]})
+    if len(templates) > 1:
+        lines += ["", "Success per task family:", "", "| family | n per arm | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
+        for t in templates:
+            n = max(arms[a]["per_template"].get(t, {}).get("n", 0) for a in arms)
+            lines.append(f"| {t} | {n} | " + " | ".join(f"{arms[a]['per_template'][t]['success']:.3f}" if t in arms[a]["per_template"] else "–" for a in arms) + " |")
+    if plots:
+        lines += ["", *(f"![{p.stem}](plots/{p.name})" for p in plots)]
+    phases = summary.get("phase_seconds") or {}
+    if phases:
+        totals: Counter[str] = Counter()
+        for name, seconds in phases.items():
+            totals[name.split("/")[0] + " " + name.split("/")[-1]] += seconds
+        lines += ["", "Wall time per phase (all seeds): " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in totals.items()) + "."]
+    lines += ["", *_examples(episodes)]
+    return "\n".join(lines) + "\n"
+
+
+def _examples(episodes: Mapping[str, Sequence[Mapping[str, Any]]], limit: int = 2) -> list[str]:
+    """Side-by-side trajectories of the first seed: the first tasks (in evaluation order) where SFT
+    failed and GRPO succeeded, and the first where it went the other way."""
+    if SFT not in episodes or GRPO not in episodes:
+        return []
+    first_seed = min((r["seed"] for r in episodes[GRPO]), default=None)
+    sft = {(r["task_id"], r["trial"]): r for r in episodes[SFT] if r["seed"] == first_seed}
+    grpo = [r for r in episodes[GRPO] if r["seed"] == first_seed]
+    improved = [(sft[(r["task_id"], r["trial"])], r) for r in grpo if r["success"] and not sft[(r["task_id"], r["trial"])]["success"]]
+    worsened = [(sft[(r["task_id"], r["trial"])], r) for r in grpo if not r["success"] and sft[(r["task_id"], r["trial"])]["success"]]
+    lines = ["## Example trajectories (seed %s, same task and environment seed)" % first_seed, ""]
+    for title, pairs in (("SFT failed, GRPO succeeded", improved[:limit]), ("SFT succeeded, GRPO failed", worsened[:1])):
+        for before, after in pairs:
+            lines += [f"### {title}: {after['task_id']} (trial {after['trial']})", ""]
+            for label, row in (("SFT", before), ("GRPO", after)):
+                lines += [f"**{label}** (success {row['success']}, {row['turns']} turns, {row['faults']} fault(s)):", "", "```"]
+                lines += [f"[{m['role']}] {m['content'][:400]}" for m in row["messages"]]
+                lines += ["```", ""]
+    return lines if len(lines) > 2 else []
