@@ -15,8 +15,10 @@ PYTHON="${PYTHON:-python3}"
 
 [ "${1:-}" = "--no-run" ] && exit 0
 
-# The main job: a short real training run on CPU with the bundled model — SFT on oracle
-# trajectories, then masked GRPO — ending with a before/after report (runs/cpu_demo/report.md).
-# The run is deterministic, so running setup.sh again replaces it (--overwrite).
-# GPU recipe: add --model Qwen/Qwen2.5-1.5B-Instruct --device cuda (docs/trainer.md).
-agentgym train agentgym/SQL-v0 --config trainers/configs/cpu_demo.yaml --overwrite
+# The main job: the learning experiment. The bundled SmolLM2-135M-Instruct is fine-tuned on
+# fault-free oracle demonstrations (SFT), then trained with masked GRPO under seeded tool faults,
+# and every arm (base, SFT, GRPO, and GRPO with the loss mask off) is evaluated on held-out
+# tasks, over 3 training seeds. About an hour on 2 CPU cores; results in runs/learning/results.md
+# (ours: docs/results.md). An interrupted run resumes where it stopped when started again.
+# GPU recipe: docs/results.md.
+agentgym experiment trainers/configs/learning_cpu.yaml

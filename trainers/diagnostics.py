@@ -37,6 +37,7 @@ __all__ = [
     "plot_metrics",
     "read_metrics",
     "rollout_metrics",
+    "save_plot",
 ]
 
 NAN = float("nan")
@@ -362,17 +363,24 @@ def plot_metrics(metrics_path: str | Path, out_dir: str | Path) -> tuple[list[Pa
         fig, ax = plt.subplots(figsize=(7, 3.6), dpi=100)
         for key, (xs, ys) in series.items():
             ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, markersize=3, label=key)
-        ax.set_title(title)
-        ax.set_xlabel("step (SFT steps, then GRPO steps)" if phase == "eval" else f"{phase.upper()} step")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = out_dir / f"{name}.png"
-        fig.savefig(path)
-        plt.close(fig)
-        written.append(path)
+        xlabel = "step (SFT steps, then GRPO steps)" if phase == "eval" else f"{phase.upper()} step"
+        written.append(save_plot(fig, ax, out_dir / f"{name}.png", title=title, xlabel=xlabel))
     return written, None if written else "plots skipped: no metrics to draw"
+
+
+def save_plot(fig: Any, ax: Any, path: Path, *, title: str, xlabel: str) -> Path:
+    """Title, label, grid and legend ``ax``, write ``fig`` to ``path`` (PNG) and close it."""
+    import matplotlib.pyplot as plt
+
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def _series(rows: Iterable[Mapping[str, Any]], phase: str, patterns: Sequence[str]) -> dict[str, tuple[list[int], list[float]]]:

@@ -49,7 +49,8 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollout import read_jsonl, write_jsonl
-from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict, config_to_dict
+from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
+from agentgym.trainers.diagnostics import read_metrics, save_plot
 
 __all__ = ["EvaluationSection", "ExperimentConfig", "TaskPick", "load_experiment", "run_experiment", "summarize_experiment"]
 
@@ -85,7 +86,7 @@ class EvaluationSection:
         trials: episodes per task, each with another environment seed (pass^k needs k <= trials).
         temperature: sampling temperature (0: greedy).
         env_kwargs: ``gym.make`` arguments of the evaluation episodes.
-        seed: base environment seed; trial ``t`` of task ``g`` uses ``seed + 10_000 * t + g``.
+        seed: the seed the environment seeds of the trials derive from (the same for every arm).
     """
 
     __pydantic_config__ = _STRICT_KEYS
@@ -332,15 +333,16 @@ def _evaluate(
     backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""))
     ev, r = config.evaluation, training.rollout
     records = []
-    for trial in range(ev.trials):
-        for split, task_ids in _split_ids(tasks).items():
-            rollout = RolloutConfig(
-                config.env_id, split=split, task_ids=task_ids, seed=ev.seed + 10_000 * trial, temperature=ev.temperature,
-                max_turns=r.max_turns, max_new_tokens=r.max_new_tokens, max_total_tokens=r.max_total_tokens,
-                template_kwargs=r.template_kwargs, tool_mode=r.tool_mode, env_kwargs=dict(ev.env_kwargs),
-            )
-            for episode in RolloutRunner(backend).run(rollout):
-                records.append(_eval_record(episode, arm=arm, seed=seed, trial=trial, split=split))
+    for split, task_ids in _split_ids(tasks).items():
+        # The trials of a task are the members of its group, each with its own environment seed,
+        # so one batch holds every episode of the split.
+        rollout = RolloutConfig(
+            config.env_id, split=split, task_ids=task_ids, group_size=ev.trials, distinct_env_seeds=True, seed=ev.seed,
+            temperature=ev.temperature, max_turns=r.max_turns, max_new_tokens=r.max_new_tokens, max_total_tokens=r.max_total_tokens,
+            template_kwargs=r.template_kwargs, tool_mode=r.tool_mode, env_kwargs=dict(ev.env_kwargs),
+        )
+        for episode in RolloutRunner(backend).run(rollout):
+            records.append(_eval_record(episode, arm=arm, seed=seed, trial=episode.member, split=split))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(path, records)
 
@@ -408,12 +410,17 @@ def _record_config(config: ExperimentConfig, out: Path) -> None:
     path.write_text(text, encoding="utf-8")
 
 
+# What decides the results; edits elsewhere (docs, tests) do not make a run's commit dirty.
+_CODE = ("agentgym", "envs", "verifiers", "trainers", "tasks", "pyproject.toml")
+
+
 def _commit() -> str | None:
-    """The git commit of the code that ran (with ``-dirty`` when it had uncommitted changes)."""
+    """The git commit of the code that ran (with ``-dirty`` when the code had uncommitted changes)."""
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *_CODE], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("-dirty" if dirty else "")
@@ -528,8 +535,6 @@ def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Map
 
 def _curves(out: Path, arm: str, seeds: Sequence[int]) -> dict[str, dict[str, list[float]]]:
     """Per seed, the GRPO training metrics by step (from the run's ``metrics.jsonl``)."""
-    from agentgym.trainers.diagnostics import read_metrics
-
     keys = ("reward/mean", "episode/success_rate", "episode/turns", "policy/entropy", "policy/kl")
     curves: dict[str, dict[str, list[float]]] = {}
     for seed in seeds:
@@ -586,15 +591,7 @@ def _plots(summary: Mapping[str, Any], folder: Path) -> list[Path]:
             length = min(map(len, runs))
             mean = np.nanmean(np.array([ys[:length] for ys in runs]), axis=0)
             ax.plot(range(1, length + 1), mean, color=color, linewidth=2, label=f"{arm} (mean of {len(runs)} seeds)")
-        ax.set_xlabel("GRPO step")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        path = folder / f"grpo_{key.replace('/', '_')}.png"
-        fig.savefig(path)
-        plt.close(fig)
-        written.append(path)
+        written.append(save_plot(fig, ax, folder / f"grpo_{key.replace('/', '_')}.png", title=title, xlabel="GRPO step"))
     return written
 
 

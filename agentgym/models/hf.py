@@ -25,7 +25,6 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentgym.models.backend import (
     Generation,
-    LockstepStream,
     SamplingParams,
     decode_visible,
     per_prompt_params,
@@ -81,7 +80,9 @@ class HFBackend:
         budget = int(max_cache_gib * 2**30) if max_cache_gib is not None else _default_cache_bytes(self.device)
         self.engine = KVEngine(model, tokenizer, max_rows=max_batch_size, max_cache_bytes=budget, pad_token_id=self._pad_id)
         self._keys = itertools.count()
-        self._lockstep = LockstepStream(self)
+        # Without reuse, requests wait here for the next advance() (a list, not a LockstepStream over
+        # self: that reference cycle would keep the key/value buffers alive until a garbage collection).
+        self._queue: list[tuple[Hashable, Sequence[int], SamplingParams]] = []
 
     @property
     def device(self) -> torch.device:
@@ -111,19 +112,23 @@ class HFBackend:
         if self.reuse_cache:
             self.engine.submit(key, prompt, params)
         else:
-            self._lockstep.submit(key, prompt, params)
+            self._queue.append((key, prompt, params))
 
     def advance(self) -> list[tuple[Hashable, Generation]]:
         """Run until at least one submitted request finishes; return every finished ``(key, generation)``.
 
         Without cache reuse, every request submitted since the last call is generated in one batch.
         """
-        return self.engine.advance() if self.reuse_cache else self._lockstep.advance()
+        if self.reuse_cache:
+            return self.engine.advance()
+        queue, self._queue = self._queue, []
+        generations = self._generate_from_scratch([p for _, p, _ in queue], [q for _, _, q in queue]) if queue else []
+        return [(key, generation) for (key, _, _), generation in zip(queue, generations, strict=True)]
 
     @property
     def in_flight(self) -> int:
         """Submitted requests not yet returned."""
-        return self.engine.in_flight if self.reuse_cache else self._lockstep.in_flight
+        return self.engine.in_flight if self.reuse_cache else len(self._queue)
 
     def clear_cache(self) -> None:
         """Forget cached keys and values (automatic after in-place weight updates)."""

@@ -213,3 +213,25 @@ def test_sampling_draws_from_the_distribution() -> None:
     expected = probs[0] * draws
     spread = (expected * (1 - probs[0])).sqrt()
     assert counts[4] == 0 and torch.all((counts - expected).abs() <= 4 * spread + 1e-9)
+
+
+def test_a_dropped_backend_frees_its_cache_at_once(smollm, tokenizer) -> None:
+    """The trainer makes a backend per step: its key/value buffers must go with it, not wait for the
+    garbage collector (a reference cycle once kept every step's buffers until the machine ran out)."""
+    import gc
+    import weakref
+
+    from agentgym.models import HFBackend
+
+    for reuse_cache in (True, False):
+        backend = HFBackend(*smollm, reuse_cache=reuse_cache)
+        backend.generate([_chat(tokenizer, "Hi.")], SamplingParams(temperature=0, max_new_tokens=2))
+        engine = weakref.ref(backend.engine)
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            del backend
+            assert engine() is None
+        finally:
+            if was_enabled:
+                gc.enable()

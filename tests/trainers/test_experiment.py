@@ -47,11 +47,11 @@ def finished(tiny_model_dir, tmp_path_factory):
     path.write_text(yaml.safe_dump(_config(tiny_model_dir, out / "results")))
     config = load_experiment(path)
     summary = run_experiment(config, log=lambda line: None)
-    return config, out / "results", summary
+    return config, out / "results", summary, path
 
 
 def test_every_arm_is_trained_and_evaluated(finished) -> None:
-    config, out, summary = finished
+    config, out, summary, _ = finished
     assert set(summary["arms"]) == {"base", "sft", "grpo", "env_tokens_in_loss"}
     for arm in ("sft", "grpo", "env_tokens_in_loss"):
         for seed in config.seeds:
@@ -64,7 +64,7 @@ def test_every_arm_is_trained_and_evaluated(finished) -> None:
 
 
 def test_task_sets_are_disjoint_and_recorded(finished) -> None:
-    _, out, summary = finished
+    _, out, summary, _ = finished
     sft, grpo, evaluation = (set(summary[k]) for k in ("sft_task_ids", "train_task_ids", "eval_task_ids"))
     ids = [{t.split(":", 1)[1] for t in s} for s in (sft, grpo, evaluation)]
     assert not ids[0] & ids[1] and not ids[0] & ids[2] and not ids[1] & ids[2]
@@ -79,7 +79,7 @@ def test_task_sets_are_disjoint_and_recorded(finished) -> None:
 
 
 def test_summary_numbers_come_from_the_written_episodes(finished) -> None:
-    config, out, summary = finished
+    config, out, summary, _ = finished
     for arm in ("base", "sft", "grpo"):
         paths = [out / "base" / "eval.jsonl"] if arm == "base" else [out / arm / f"seed-{s}" / "eval.jsonl" for s in config.seeds]
         rows = [r for p in paths for r in read_jsonl(p)]
@@ -99,7 +99,7 @@ def test_summary_numbers_come_from_the_written_episodes(finished) -> None:
 
 
 def test_a_rerun_resumes_and_reproduces_the_summary(finished) -> None:
-    config, out, summary = finished
+    config, out, summary, _ = finished
     (out / "grpo" / "seed-1" / "eval.jsonl").unlink()  # as if interrupted before this evaluation
     again = run_experiment(config, log=lambda line: None)
     for arm in summary["arms"]:
@@ -157,3 +157,22 @@ def test_interval_arithmetic() -> None:
         clustered[i // 4].append(1.0 if (i // 4) % 2 else 0.0)
     independent = {i: [1.0 if (i // 4) % 2 else 0.0] for i in range(20)}
     assert paired_bootstrap(clustered)[1][1] - paired_bootstrap(clustered)[1][0] > paired_bootstrap(independent)[1][1] - paired_bootstrap(independent)[1][0]
+
+
+def test_the_command_prints_the_results_and_reports_bad_input(finished, tmp_path, capsys) -> None:
+    import argparse
+
+    from agentgym.trainers.cli import add_parsers
+
+    _, out, _, path = finished
+    parser = argparse.ArgumentParser()
+    add_parsers(parser.add_subparsers())
+    args = parser.parse_args(["experiment", str(path), "--summarize"])
+    assert args.run(args) == 0
+    assert capsys.readouterr().out.startswith("# Learning experiment")
+    missing = parser.parse_args(["experiment", str(tmp_path / "nope.yaml")])
+    assert missing.run(missing) == 2
+    assert "cannot read" in capsys.readouterr().err
+    empty = parser.parse_args(["experiment", str(path), "--summarize", "--output", str(tmp_path / "none")])
+    assert empty.run(empty) == 2
+    assert "no experiment to summarise" in capsys.readouterr().err
