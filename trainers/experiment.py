@@ -185,6 +185,7 @@ def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = pri
     out.mkdir(parents=True, exist_ok=True)
     tasks = _tasks(config, out)
     _record_config(config, out)
+    _record_commit(out)
     timings = _Timings(out / "timings.json")
 
     with timings.phase("base/eval"):
@@ -202,7 +203,7 @@ def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = pri
                 _train(train_config, run, log)
             with timings.phase(f"{arm}/seed-{seed}/eval"):
                 _evaluate(config, run / "model", tasks["eval"], out / arm / f"seed-{seed}" / "eval.jsonl", arm=arm, seed=seed, log=log)
-    summary = summarize_experiment(out, commit=_commit(), wall_seconds=timings.total())
+    summary = summarize_experiment(out)
     log(f"results: {out / 'results.md'}")
     return summary
 
@@ -396,9 +397,6 @@ class _Timings:
 
         return timed()
 
-    def total(self) -> float:
-        return sum(self.seconds.values())
-
 
 def _record_config(config: ExperimentConfig, out: Path) -> None:
     import yaml
@@ -412,6 +410,15 @@ def _record_config(config: ExperimentConfig, out: Path) -> None:
 
 # What decides the results; edits elsewhere (docs, tests) do not make a run's commit dirty.
 _CODE = ("agentgym", "envs", "verifiers", "trainers", "tasks", "pyproject.toml")
+
+
+def _record_commit(out: Path) -> None:
+    """Add the commit that is about to run to ``commits.json`` (a resumed run may span several)."""
+    path = out / "commits.json"
+    commits = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    commit = _commit()
+    if commit is not None and commit not in commits:
+        path.write_text(json.dumps([*commits, commit]) + "\n", encoding="utf-8")
 
 
 def _commit() -> str | None:
@@ -429,7 +436,7 @@ def _commit() -> str | None:
 # ------------------------------------------------------------------------------ the summary
 
 
-def summarize_experiment(out: str | Path, *, commit: str | None = None, wall_seconds: float | None = None) -> dict[str, Any]:
+def summarize_experiment(out: str | Path) -> dict[str, Any]:
     """Compute every number of the results from the written evaluation episodes; write
     ``summary.json``, ``results.md`` and ``plots/``; return the summary."""
     out = Path(out)
@@ -440,11 +447,11 @@ def summarize_experiment(out: str | Path, *, commit: str | None = None, wall_sec
     arms = [BASE, SFT, GRPO, *config.ablations]
     episodes = {arm: _read_arm(out, arm, config.seeds) for arm in arms}
     episodes = {arm: rows for arm, rows in episodes.items() if rows}
+    commits = out / "commits.json"
     summary: dict[str, Any] = {
         "env_id": config.env_id,
         "model": config.model or "smollm2-135m-instruct",
-        "commit": commit,
-        "wall_seconds": wall_seconds,
+        "commits": json.loads(commits.read_text(encoding="utf-8")) if commits.is_file() else [],
         "seeds": list(config.seeds),
         "evaluation": {"trials": config.evaluation.trials, "temperature": config.evaluation.temperature,
                        "env_kwargs": config.evaluation.env_kwargs, "episodes_per_model": len(tasks["eval"]) * config.evaluation.trials},
@@ -463,6 +470,7 @@ def summarize_experiment(out: str | Path, *, commit: str | None = None, wall_sec
     summary["grpo_curves"] = {arm: c for arm, c in curves.items() if c}
     timings = out / "timings.json"
     summary["phase_seconds"] = json.loads(timings.read_text(encoding="utf-8")) if timings.is_file() else {}
+    summary["wall_seconds"] = sum(summary["phase_seconds"].values())
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     plots = _plots(summary, out / "plots")
     (out / "results.md").write_text(_results_markdown(summary, episodes, plots, out), encoding="utf-8")
@@ -602,8 +610,8 @@ def _results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequenc
     lines = [
         f"# Learning experiment: {summary['env_id']}",
         "",
-        f"Model `{summary['model']}`; seeds {summary['seeds']}; commit `{summary['commit']}`; "
-        f"wall time {(summary['wall_seconds'] or 0) / 60:.1f} min.",
+        f"Model `{summary['model']}`; seeds {summary['seeds']}; commit {', '.join(f'`{c}`' for c in summary['commits']) or 'unknown'}; "
+        f"wall time {summary['wall_seconds'] / 60:.1f} min.",
         f"Evaluation: {len(summary['eval_task_ids'])} held-out tasks x {trials} trial(s) (environment seeds) = "
         f"{ev['episodes_per_model']} episodes per model, temperature {ev['temperature']:g}, environment options {ev['env_kwargs']}.",
         f"Training tasks: {len(summary['sft_task_ids'])} for SFT demonstrations, {len(summary['train_task_ids'])} for GRPO "

@@ -4,6 +4,7 @@ recomputed from the written episodes, resume, and the interval arithmetic it rep
 from __future__ import annotations
 
 import json
+import re
 import math
 from collections import defaultdict
 
@@ -61,6 +62,7 @@ def test_every_arm_is_trained_and_evaluated(finished) -> None:
     assert (out / "results.md").read_text().startswith("# Learning experiment")
     assert set(summary["grpo_curves"]) == {"grpo", "env_tokens_in_loss"}
     assert summary["phase_seconds"] and summary["wall_seconds"] > 0
+    assert all(re.fullmatch(r"[0-9a-f]{40}(-dirty)?", c) for c in summary["commits"])  # empty outside a git checkout
 
 
 def test_task_sets_are_disjoint_and_recorded(finished) -> None:
@@ -176,3 +178,14 @@ def test_the_command_prints_the_results_and_reports_bad_input(finished, tmp_path
     empty = parser.parse_args(["experiment", str(path), "--summarize", "--output", str(tmp_path / "none")])
     assert empty.run(empty) == 2
     assert "no experiment to summarise" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["learning_cpu.yaml", "learning_gpu.yaml"])
+def test_the_shipped_experiment_configs_load(name) -> None:
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "trainers" / "configs" / name
+    config = load_experiment(path)
+    assert len(config.seeds) >= 3 and config.evaluation.trials >= 2 and config.ablations
+    assert config.training["sft"]["env_kwargs"] == {"fault_rate": 0.0}  # demonstrations without faults
+    assert config.evaluation.env_kwargs == config.training["rollout"]["env_kwargs"]  # GRPO sees what evaluation sees
