@@ -21,4 +21,4 @@ PYTHON="${PYTHON:-python3}"
 # tasks, over 3 training seeds. About an hour on 2 CPU cores; results in runs/learning/results.md
 # (ours: docs/results.md). An interrupted run resumes where it stopped when started again.
 # GPU recipe: docs/results.md.
-agentgym experiment trainers/configs/learning_cpu.yaml
+agentgym experiment trainers/configs/experiments/learning_cpu.yaml

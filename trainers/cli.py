@@ -29,7 +29,7 @@ def add_parsers(commands: Any) -> None:
     p.set_defaults(run=sft_command)
 
     p = commands.add_parser("experiment", help="base vs SFT vs GRPO (and ablations) over several seeds on held-out tasks; writes a results folder")
-    p.add_argument("config", metavar="FILE.yaml", help="experiment configuration, e.g. trainers/configs/learning_cpu.yaml (see docs/results.md)")
+    p.add_argument("config", metavar="FILE.yaml", help="experiment configuration, e.g. trainers/configs/experiments/learning_cpu.yaml (see docs/results.md)")
     p.add_argument("--output", metavar="DIR", help="results folder (default: the configuration's output_dir)")
     p.add_argument("--summarize", action="store_true", help="only recompute summary.json, results.md and plots from the episodes already written")
     p.set_defaults(run=experiment_command)

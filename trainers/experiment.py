@@ -2,7 +2,7 @@
 
 One command runs the whole comparison and writes a results folder::
 
-    agentgym experiment trainers/configs/learning_cpu.yaml
+    agentgym experiment trainers/configs/experiments/learning_cpu.yaml
 
 Read :func:`run_experiment` top to bottom; it is the whole protocol::
 

@@ -12,9 +12,6 @@ from agentgym.rollout import write_jsonl
 from agentgym.validation import env_reward
 
 FAMILIES = sorted(labelled.SETS)
-# Known false passes of the knowledge reward (reported, not yet fixed): the number check reads any
-# words after a number as its unit, so "1540 or more" counts as 1540. strict: passing means the
-# bug was fixed and the mark must go.
 def _shipped(family):
     return Path(str(resources.files("agentgym.tasks"))) / "knowledge" / family / "labelled.jsonl"
 

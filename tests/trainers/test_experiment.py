@@ -184,7 +184,7 @@ def test_the_command_prints_the_results_and_reports_bad_input(finished, tmp_path
 def test_the_shipped_experiment_configs_load(name) -> None:
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[2] / "trainers" / "configs" / name
+    path = Path(__file__).resolve().parents[2] / "trainers" / "configs" / "experiments" / name
     config = load_experiment(path)
     assert len(config.seeds) >= 3 and config.evaluation.trials >= 2 and config.ablations
     assert config.training["sft"]["env_kwargs"] == {"fault_rate": 0.0}  # demonstrations without faults
