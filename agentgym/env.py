@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
-from agentgym.parsing import ParsedAction, ToolCall, parse_action
+from agentgym.parsing import ParsedAction, ToolCall, parse_action, scrub_text
 from agentgym.spaces import AssistantTurn, ChatMessages
 from agentgym.tools import Tool, ToolError, tools_of
 from agentgym.verifiers.result import RewardResult
@@ -300,10 +300,12 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
 
 
 def _assistant_message(action: Any, parsed: ParsedAction) -> Message:
+    # Recorded as the parser read it: text that a tokenizer or a file could not encode is scrubbed.
     if isinstance(action, str):
-        return {"role": "assistant", "content": action}
+        return {"role": "assistant", "content": scrub_text(action)}
     if isinstance(action, dict):
-        message: Message = {"role": "assistant", "content": action.get("content") if isinstance(action.get("content"), str) else ""}
+        content = action.get("content")
+        message: Message = {"role": "assistant", "content": scrub_text(content) if isinstance(content, str) else ""}
         if parsed.tool_calls:
             message["tool_calls"] = [c.to_openai() for c in parsed.tool_calls]
         return message

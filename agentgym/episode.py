@@ -15,6 +15,10 @@ It alternates three phases,
 until the environment ends the episode or the token budget does. Then :meth:`trajectory`
 (token-exact, with its loss mask) and :meth:`outcome` (reward and counts) describe it.
 
+An exception while the environment steps or while its reply is tokenized ends that episode alone
+(``stop_reason == "error"``, reward 0, the message in :attr:`TokenEpisode.error`): in a batch of
+thousands of model outputs, one that breaks an environment must not take the batch down.
+
 How an episode is played — its budgets and sampling — is one :class:`RolloutSettings`, which the
 runner's configuration, the trainer's YAML ``rollout`` section, ``agentgym eval``'s flags and the
 adapters all map onto.
@@ -44,7 +48,7 @@ __all__ = [
     "turn_seed",
 ]
 
-StopReason = Literal["done", "max_turns", "token_budget"]
+StopReason = Literal["done", "max_turns", "token_budget", "error"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,6 +205,7 @@ class TokenEpisode:
         self.prompt_length = len(self._builder)
         self.turns: list[dict[str, Any]] = []
         self.stop_reason: StopReason | None = None
+        self.error: str | None = None
         self._final: Trajectory | None = None
         self._pending: dict[str, Any] = {}
         self._phase = "generate"  # generate -> step -> observe -> generate ...; "over" at the end
@@ -312,7 +317,14 @@ class TokenEpisode:
         The environment always reads the turn, even one that spent the budget (it may end the episode).
         """
         self._expect("step")
-        observation, reward, terminated, truncated, info = self.env.step(content)
+        try:
+            observation, reward, terminated, truncated, info = self.env.step(content)
+        except Exception as exc:  # isolated to this episode and recorded (see the module docstring)
+            self._fail(f"the environment failed on turn {len(self.turns) + 1}: {type(exc).__name__}: {exc}")
+            self.turns.append({**self._pending, "tool_calls": [], "parse_errors": [], "env_messages": [], "env_message_ids": (),
+                               "reward": 0.0, "terminated": False, "truncated": True, "info": {"error": self.error}})
+            self._pending = {}
+            return None
         parsed = parse_action(content, id_prefix=f"call_{len(self.turns) + 1}")  # the ids the environment gives
         record = {
             **self._pending,
@@ -341,7 +353,11 @@ class TokenEpisode:
         """
         self._expect("observe")
         before = self._builder.build() if self.max_total_tokens is not None else None
-        self._builder.add_messages(observation)
+        try:
+            self._builder.add_messages(observation)
+        except Exception as exc:  # e.g. a reply the tokenizer cannot encode; the builder is left unchanged
+            self._fail(f"the environment's reply could not be tokenized: {type(exc).__name__}: {exc}")
+            return
         if self.room() < 1:
             self._end("token_budget", before)
             return
@@ -354,6 +370,11 @@ class TokenEpisode:
             self._end("token_budget", self._builder.build())
         elif self._phase != "over":
             self._end("token_budget")
+
+    def _fail(self, message: str) -> None:
+        """End the episode on an error; the trajectory stops after the last sampled turn."""
+        self.error = message
+        self._end("error")
 
     def _end(self, reason: StopReason, trajectory: Trajectory | None = None) -> None:
         self._phase, self.stop_reason = "over", reason
@@ -394,5 +415,12 @@ class TokenEpisode:
         return segment.token_ids
 
     def outcome(self) -> EpisodeOutcome:
-        """Reward and counts (an episode cut by the budget is scored on the state it reached)."""
+        """Reward and counts (an episode cut by the budget is scored on the state it reached; one
+        that failed scores 0)."""
+        if self.error is not None:
+            counts = self.env.unwrapped.counts
+            return EpisodeOutcome(
+                reward=0.0, success=False, reason=self.error, turns=len(self.turns), terminated=False, truncated=True,
+                format_errors=int(counts["format_errors"]), tool_errors=int(counts["tool_errors"]),
+            )
         return episode_outcome(self.env)

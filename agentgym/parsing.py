@@ -4,20 +4,34 @@ An action is either the model's raw text, with Hermes/Qwen-style blocks
 ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` (several per turn allowed), or an
 OpenAI-style assistant message dict with ``tool_calls``. Malformed calls are normal model output:
 they are reported as errors next to the calls that did parse, never raised.
+
+Everything that leaves this module is plain JSON data that encodes as UTF-8: arguments are
+round-tripped through JSON (a value JSON cannot carry, such as a set, or a number too long to
+convert, is an error for that call), and unpaired UTF-16 surrogates, which no tokenizer or file
+can encode, are replaced by U+FFFD (and reported, so the turn still counts as malformed).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ParsedAction", "ToolCall", "parse_action", "format_tool_call"]
+__all__ = ["ParsedAction", "ToolCall", "parse_action", "format_tool_call", "scrub_text", "UNPAIRED_SURROGATE"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 _BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+# Valid in a Python str (a JSON escape or a caller can put one there), not encodable as UTF-8.
+UNPAIRED_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ERROR = "the turn contains unpaired UTF-16 surrogates (not valid Unicode text); they were replaced by U+FFFD"
+
+
+def scrub_text(text: str) -> str:
+    """``text`` with every unpaired UTF-16 surrogate (unencodable as UTF-8) replaced by U+FFFD."""
+    return UNPAIRED_SURROGATE.sub("\ufffd", text)
 
 
 @dataclass(frozen=True)
@@ -67,7 +81,10 @@ def parse_action(action: Any, *, id_prefix: str = "call") -> ParsedAction:
             in a dict action are kept.
     """
     if isinstance(action, str):
-        return _parse_text(action, id_prefix)
+        parsed = _parse_text(scrub_text(action), id_prefix)
+        if UNPAIRED_SURROGATE.search(action):
+            return ParsedAction(parsed.content, parsed.tool_calls, (_SURROGATE_ERROR, *parsed.errors))
+        return parsed
     if isinstance(action, dict):
         return _parse_message(action, id_prefix)
     return ParsedAction("", (), (f"action must be a string or an assistant message dict, got {type(action).__name__}",))
@@ -93,9 +110,8 @@ def _parse_text(text: str, id_prefix: str) -> ParsedAction:
 def _call_from_json(raw: str, call_id: str) -> tuple[ToolCall | None, str]:
     try:
         obj = json.loads(raw)
-    except (json.JSONDecodeError, RecursionError) as exc:
-        msg = exc.msg if isinstance(exc, json.JSONDecodeError) else "nesting too deep"
-        return None, f"tool call is not valid JSON ({msg}): {_preview(raw)}"
+    except (ValueError, RecursionError) as exc:
+        return None, f"tool call is not valid JSON ({_json_problem(exc)}): {_preview(raw)}"
     if not isinstance(obj, dict):
         return None, f'tool call must be a JSON object {{"name": ..., "arguments": {{...}}}}, got: {_preview(raw)}'
     return _call_from_fields(obj.get("name"), obj.get("arguments", {}), call_id, raw)
@@ -104,15 +120,35 @@ def _call_from_json(raw: str, call_id: str) -> tuple[ToolCall | None, str]:
 def _call_from_fields(name: Any, arguments: Any, call_id: str, raw: str) -> tuple[ToolCall | None, str]:
     if not isinstance(name, str) or not name:
         return None, f'tool call needs a string "name": {_preview(raw)}'
+    name = scrub_text(name)
     if isinstance(arguments, str):
         # OpenAI messages carry arguments as a JSON string.
+        arguments = scrub_text(arguments)
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
-        except (json.JSONDecodeError, RecursionError):
-            return None, f"arguments of {name!r} are not valid JSON: {_preview(arguments)}"
+        except (ValueError, RecursionError) as exc:
+            return None, f"arguments of {name!r} are not valid JSON ({_json_problem(exc)}): {_preview(arguments)}"
     if not isinstance(arguments, dict):
         return None, f'"arguments" of {name!r} must be a JSON object, got {type(arguments).__name__}'
+    try:
+        # One canonical form whatever the source: JSON values only, text encodable as UTF-8.
+        arguments = json.loads(scrub_text(json.dumps(arguments, ensure_ascii=False)))
+    except (TypeError, ValueError, RecursionError) as exc:
+        return None, f"arguments of {name!r} must be JSON values ({_json_problem(exc)})"
     return ToolCall(name=name, arguments=arguments, id=call_id), ""
+
+
+def _json_problem(exc: Exception) -> str:
+    """What was wrong, in words that do not depend on Python internals."""
+    if isinstance(exc, json.JSONDecodeError):
+        return exc.msg
+    if isinstance(exc, RecursionError):
+        return "nesting too deep"
+    if isinstance(exc, TypeError):
+        return "a value is not JSON: " + _preview(str(exc))
+    if "integer string conversion" in str(exc):  # more digits than sys.get_int_max_str_digits()
+        return "a number is too long"
+    return _preview(str(exc))
 
 
 def _parse_message(message: dict[str, Any], id_prefix: str) -> ParsedAction:
@@ -121,24 +157,34 @@ def _parse_message(message: dict[str, Any], id_prefix: str) -> ParsedAction:
     content = message.get("content") or ""
     if not isinstance(content, str):
         return ParsedAction("", (), ("assistant message content must be a string or null",))
+    problems = [_SURROGATE_ERROR] if UNPAIRED_SURROGATE.search(content) else []
+    content = scrub_text(content)
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
-        return ParsedAction(content.strip(), (), ("tool_calls must be a list",))
+        return ParsedAction(content.strip(), (), (*problems, "tool_calls must be a list"))
     calls: list[ToolCall] = []
-    errors: list[str] = []
+    errors: list[str] = problems
     for index, entry in enumerate(raw_calls):
         given_id = entry.get("id") if isinstance(entry, dict) else None
-        call_id = given_id if isinstance(given_id, str) and given_id else f"{id_prefix}_{index}"
+        call_id = scrub_text(given_id) if isinstance(given_id, str) and given_id else f"{id_prefix}_{index}"
         function = entry.get("function") if isinstance(entry, dict) else None
         if not isinstance(function, dict):
             errors.append(f'tool_calls[{index}] needs a "function" object with "name" and "arguments"')
             continue
-        call, error = _call_from_fields(function.get("name"), function.get("arguments", {}), call_id, repr(entry))
+        call, error = _call_from_fields(function.get("name"), function.get("arguments", {}), call_id, _short_repr(entry))
         if call is not None:
             calls.append(call)
         else:
             errors.append(error)
     return ParsedAction(content.strip(), tuple(calls), tuple(errors))
+
+
+def _short_repr(value: Any) -> str:
+    """``repr`` for an error message: bounded in size, and never raising (huge ints, deep nesting)."""
+    try:
+        return reprlib.repr(value)
+    except (ValueError, RecursionError):
+        return f"<{type(value).__name__}>"
 
 
 def _preview(raw: str, limit: int = 120) -> str:

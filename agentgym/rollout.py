@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agentgym.parsing import UNPAIRED_SURROGATE
 from agentgym.policies import Policy, ReplayPolicy
 
 __all__ = ["assistant_turns", "make_policy", "replay", "rollout", "run_episode", "summarize", "read_jsonl", "write_jsonl", "to_json_line"]
@@ -104,27 +105,42 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
 
 
 def to_json_line(record: dict[str, Any]) -> str:
-    """Serialise a record as one line of JSON (deterministic; UTF-8 kept as is)."""
-    return json.dumps(record, ensure_ascii=False, allow_nan=False)
+    """Serialise a record as one line of JSON (deterministic; UTF-8 kept as is).
+
+    Strings that UTF-8 cannot encode (unpaired surrogates, e.g. from a Python caller's action)
+    are written as JSON escapes, so the line reads back to the same record instead of failing.
+    """
+    line = json.dumps(record, ensure_ascii=False, allow_nan=False)
+    return UNPAIRED_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", line)
 
 
 def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """Write records to ``path`` (one per line) and return them.
 
     The file appears only once complete (written beside it, then renamed), so a failure midway
-    never leaves a truncated file or destroys an existing one.
+    never leaves a truncated file or destroys an existing one. What was written before the
+    failure is kept, flushed line by line, in ``.{name}.partial`` beside it, and the error says so.
     """
     path = Path(path)
     partial = path.with_name(f".{path.name}.partial")
-    written = []
+    written: list[dict[str, Any]] = []
     try:
         with open(partial, "w", encoding="utf-8") as out:
             for record in records:
-                out.write(to_json_line(record) + "\n")
+                try:
+                    line = to_json_line(record)
+                except (TypeError, ValueError) as exc:
+                    raise ValueError(f"record {len(written) + 1} for {path} is not JSON data ({exc})") from None
+                out.write(line + "\n")
+                out.flush()
                 written.append(record)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    except BaseException as exc:
+        if not written:
+            partial.unlink(missing_ok=True)
+        elif isinstance(exc, Exception):
+            exc.add_note(f"the {len(written)} records written before the failure are in {partial}")
+        raise
+    os.replace(partial, path)
     return written
 
 

@@ -128,12 +128,14 @@ class Episode:
 
     Attributes:
         record: ``env.unwrapped.episode_record()`` plus ``policy`` (the backend's name), ``group``,
-            ``member``, ``stop_reason`` and, when the task has them, ``difficulty`` and ``template``.
+            ``member``, ``stop_reason``, ``error`` when the episode failed, and, when the task has
+            them, ``difficulty`` and ``template``.
         trajectory: the token-exact sequence with its loss mask and sampling logprobs.
         group: index of the task group; episodes of a group share a task.
         reward: the episode's reward (``record["reward"]``; 0 when the token budget stopped it).
-        stop_reason: ``"done"`` (the environment terminated), ``"max_turns"`` (it truncated) or
-            ``"token_budget"``.
+        stop_reason: ``"done"`` (the environment terminated), ``"max_turns"`` (it truncated),
+            ``"token_budget"``, or ``"error"`` (the environment raised on a turn or its reply could
+            not be tokenized; ``record["error"]`` says what, and the reward is 0).
         turns: per assistant turn: ``turn``, ``seed``, ``prompt_ids``, ``sampled_ids``, ``logprobs``,
             ``finish_reason``, ``text``, ``tool_calls`` (``name``, ``arguments``, ``id``),
             ``parse_errors``, ``env_messages``, ``env_message_ids`` (the masked delta that follows the
@@ -419,6 +421,8 @@ class _Run:
         assert episode.stop_reason is not None
         record = episode.env.unwrapped.episode_record()
         record.update(policy=self.backend.name, group=plan.group, member=plan.member, stop_reason=episode.stop_reason)
+        if episode.error is not None:  # the episode failed on its own: a failed episode, the batch goes on
+            record.update(reward=0.0, reward_components={}, reward_reason=episode.error, success=False, error=episode.error)
         task = episode.env.unwrapped.task or {}
         for key in ("difficulty", "template"):  # for breakdowns, when the task has them
             if task.get(key) is not None:

@@ -10,11 +10,21 @@ from hypothesis import strategies as st
 
 from agentgym.envs import ENVIRONMENTS
 from agentgym.parsing import parse_action
+from agentgym.rollout import to_json_line
 
+# Text as a model or a Python caller can produce it, unpaired UTF-16 surrogates included.
+_any_text = st.text(st.characters(exclude_categories=()), max_size=20)
+# Degenerate digit loops: integer literals longer than Python converts by default (4,300 digits).
+_huge_int_literal = st.integers(4301, 6000).map(lambda n: "9" * n)
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20) | _any_text,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
+)
+# What a Python caller may put in a dict action: values JSON cannot carry.
+_python_value = st.one_of(
+    _json, st.sets(st.integers(), max_size=3), st.binary(max_size=4), st.tuples(st.integers()), st.just(object()),
+    st.integers(4301, 4400).map(lambda n: 10**n),
 )
 
 
@@ -30,15 +40,22 @@ def _tool_names():
 _call = st.fixed_dictionaries({"name": st.sampled_from(_tool_names()) | st.text(max_size=10), "arguments": _json})
 _bad_text = st.one_of(
     st.text(max_size=200),
+    st.text(st.characters(exclude_categories=()), max_size=200),
+    st.builds(lambda name, digits: f'<tool_call>{{"name": "{name}", "arguments": {{"x": {digits}}}}}</tool_call>', st.sampled_from(_tool_names()), _huge_int_literal),
+    st.builds(lambda c, junk: f"<tool_call>{json.dumps(c)}</tool_call>{junk}", _call, _any_text),
     st.builds(lambda s: f"<tool_call>{s}</tool_call>", st.text(max_size=100)),
     st.builds(lambda c: f"<tool_call>{json.dumps(c)}</tool_call>", _call),
     st.builds(lambda c: f"<tool_call>{json.dumps(c)}", _call),
     st.builds(lambda a, b: a + "</tool_call>" + b, st.text(max_size=20), st.text(max_size=20)),
 )
+_python_call = st.fixed_dictionaries({"name": st.sampled_from(_tool_names()) | _any_text, "arguments": st.dictionaries(st.text(max_size=8), _python_value, max_size=3)})
+_string_arguments = st.builds(  # OpenAI-style: arguments as a JSON string, possibly a huge number
+    lambda name, digits: {"name": name, "arguments": f'{{"x": {digits}}}'}, st.sampled_from(_tool_names()), _huge_int_literal
+)
 _bad_dict = st.builds(
     lambda calls, content: {"role": "assistant", "content": content, "tool_calls": calls},
-    st.lists(st.one_of(_json, st.builds(lambda c: {"type": "function", "function": c}, _call)), max_size=3),
-    st.none() | st.text(max_size=20),
+    st.lists(st.one_of(_json, _python_value, st.builds(lambda c: {"type": "function", "function": c}, _call | _python_call | _string_arguments)), max_size=3),
+    st.none() | st.text(max_size=20) | _any_text,
 )
 _action = st.one_of(_bad_text, _bad_dict, _json)
 
@@ -65,5 +82,12 @@ def test_malformed_actions_never_raise(envs, env_index, actions, seed):
             assert info["turn_format_errors"] >= len(parsed.errors)
             assert sum(m["content"].startswith("Error:") for m in observation) >= len(parsed.errors)
         assert observation or terminated or truncated
+        # Whatever came in, what goes out is text a tokenizer and a file can take.
+        for message in observation:
+            message["content"].encode("utf-8")
+        json_line = to_json_line(env.unwrapped.episode_record())
+        json_line.encode("utf-8")
+        for message in env.unwrapped.episode_record()["messages"]:
+            json.dumps(message, ensure_ascii=False).encode("utf-8")
         if terminated or truncated:
             break

@@ -55,3 +55,35 @@ def test_non_actions_are_errors():
     assert parse_action(42).errors
     assert parse_action({"role": "user", "content": "hi"}).errors
     assert parse_action({"role": "assistant", "tool_calls": "nope"}).errors
+
+
+def test_numbers_too_long_to_convert_are_format_errors_in_both_formats():
+    digits = "9" * 5000  # a degenerate digit loop, past Python's int-string conversion limit
+    text = parse_action(f'<tool_call>{{"name": "a", "arguments": {{"x": {digits}}}}}</tool_call>')
+    openai = parse_action({"role": "assistant", "tool_calls": [{"function": {"name": "a", "arguments": f'{{"x": {digits}}}'}}]})
+    python = parse_action({"role": "assistant", "tool_calls": [{"function": {"name": "a", "arguments": {"x": int(digits[:4000]) ** 2}}}]})
+    for parsed in (text, openai, python):
+        assert not parsed.tool_calls and len(parsed.errors) == 1
+        assert "a number is too long" in parsed.errors[0] and "set_int_max_str_digits" not in parsed.errors[0]
+
+
+def test_arguments_become_json_data_or_an_error():
+    message = {"role": "assistant", "tool_calls": [
+        {"function": {"name": "a", "arguments": {"tags": {1, 2}}}},
+        {"function": {"name": "b", "arguments": {"pair": (1, 2), 3: "x"}}},
+    ]}
+    parsed = parse_action(message)
+    assert parsed.errors == ("arguments of 'a' must be JSON values (a value is not JSON: Object of type set is not JSON serializable)",)
+    assert [(c.name, c.arguments) for c in parsed.tool_calls] == [("b", {"pair": [1, 2], "3": "x"})]  # as JSON carries them
+
+
+def test_unpaired_surrogates_are_replaced_and_reported():
+    text = parse_action('bad \udc80 <tool_call>{"name": "a\\ud800", "arguments": {"q": "x\\udfff"}}</tool_call>')
+    assert text.content == "bad \ufffd"
+    assert [(c.name, c.arguments) for c in text.tool_calls] == [("a\ufffd", {"q": "x\ufffd"})]
+    assert len(text.errors) == 1 and "surrogates" in text.errors[0]
+    message = parse_action({"role": "assistant", "content": "\ud83d", "tool_calls": [{"id": "i\ud800", "function": {"name": "a", "arguments": {"q": "\udc00"}}}]})
+    assert message.content == "\ufffd" and message.tool_calls[0].id == "i\ufffd" and message.tool_calls[0].arguments == {"q": "\ufffd"}
+    assert len(message.errors) == 1
+    for parsed in (text, message):  # everything that leaves the parser encodes
+        json.dumps([parsed.content, [c.to_openai() for c in parsed.tool_calls], parsed.errors], ensure_ascii=False).encode("utf-8")

@@ -22,7 +22,9 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
+
+from agentgym.episode import StopReason
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -82,7 +84,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "episode/tool_error_rate": sum(_counts(e).get("tool_errors", 0) for e in episodes) / max(turns, 1),
         "episode/capped_turn_rate": _mean([float(t["finish_reason"] == "length") for e in episodes for t in e.turns]),
     }
-    for reason in ("done", "max_turns", "token_budget"):
+    for reason in get_args(StopReason):
         metrics[f"episode/stop_{reason}"] = _mean([float(e.stop_reason == reason) for e in episodes])
     components = sorted({name for e in episodes for name in e.record.get("reward_components", {})})
     for name in components:
