@@ -158,7 +158,7 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
         info = self._info() | {f"turn_{k}": n for k, n in turn_counts.items()}
         if terminated or truncated:
             self._over, self._terminated, self._truncated = True, terminated, truncated
-            self._result = self.compute_reward()
+            self._result = self._reward()
             reward = float(self._result.score)
             info |= {
                 "reward_components": dict(self._result.components),
@@ -268,6 +268,15 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
         return {}
 
     # ------------------------------------------------------------------------ internals
+
+    def _reward(self) -> RewardResult:
+        """The episode's reward, failing closed: a reward that cannot be computed is 0, not passed,
+        with a reason that says nothing about what went wrong (the error goes to ``details``)."""
+        try:
+            return self.compute_reward()
+        except Exception as exc:
+            return RewardResult(0.0, "the reward could not be computed, so the episode counts as failed", passed=False,
+                                details={"error": f"{type(exc).__name__}: {exc}"})
 
     def _run_tool(self, call: ToolCall, counts: dict[str, int]) -> Message:
         tool = self._tools.get(call.name)

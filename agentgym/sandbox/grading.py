@@ -14,6 +14,11 @@ Neither the submission's exit status nor anything it prints counts; every test n
 answer. The score is the fraction of tests passed, in [0, 1]; a submission that crashes, exits
 or times out before any test runs (while loading, or on the very first call, before giving a
 single answer) scores -1.
+
+Grading fails closed: when grading itself fails, for whatever reason (a sandbox that cannot
+start, output the protocol cannot carry), the submission scores 0 like a wrong one, with one
+fixed reason. The words never depend on what went wrong, so a submission cannot steer them with
+the hidden inputs it receives.
 """
 
 from __future__ import annotations
@@ -30,9 +35,10 @@ from agentgym.sandbox.backend import Backend, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.sandbox import Sandbox
 
-__all__ = ["AssertTests", "CheckTests", "FunctionTests", "Grade", "Grader", "IOCase", "TestSpec", "GRADING_LIMITS", "CRASH_SCORE"]
+__all__ = ["AssertTests", "CheckTests", "FunctionTests", "Grade", "Grader", "IOCase", "TestSpec", "GRADING_LIMITS", "CRASH_SCORE", "GRADING_FAILED"]
 
 CRASH_SCORE = -1.0
+GRADING_FAILED = "the submission could not be graded, so it counts as failed"
 GRADING_LIMITS = Limits(wall_time_s=10.0, cpu_time_s=10, max_output_bytes=8 << 20)
 _HARNESS = (resources.files("agentgym.sandbox") / "_harness.py").read_text(encoding="utf-8")
 _SOLUTION = "solution.py"
@@ -133,6 +139,12 @@ class Grader:
         if not isinstance(code, str):
             raise TypeError(f"code must be a str; got {type(code).__name__}")
         total = len(tests.cases) if isinstance(tests, FunctionTests) else len(tests.asserts) if isinstance(tests, AssertTests) else 1
+        try:
+            return self._grade(code, tests, total)
+        except Exception as exc:  # fail closed, in words that do not depend on the failure (see the module docstring)
+            return Grade(0.0, 0, total, False, GRADING_FAILED, {"error": f"{type(exc).__name__}: {exc}"})
+
+    def _grade(self, code: str, tests: TestSpec, total: int) -> Grade:
         with Sandbox(self.backend, self.limits) as box:
             process = box.start(_program("serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
             submission = _Submission(process, time.monotonic() + self.limits.wall_time_s + 1.0)

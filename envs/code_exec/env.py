@@ -169,10 +169,7 @@ class CodeExecEnv(ToolEnv):
         Args:
             code: a Python module defining the requested function (and anything it needs).
         """
-        try:
-            grade = self.grader.grade(code, grading_spec(self.task))
-        except SandboxError as exc:
-            raise ToolError(f"the grader's sandbox failed ({exc}); submit again") from None
+        grade = self.grader.grade(code, grading_spec(self.task))  # never raises: a failed grading is a failed submission
         self.submission, self.grade = code, grade
         return f"Submitted. {grade.reason}."
 

@@ -163,3 +163,39 @@ def test_check_and_assert_formats(grader):
     assert grader.grade(solution, MBPP_LIKE).score == 1.0
     assert grader.grade("def first(xs):\n    return xs[0]\n", MBPP_LIKE).score == pytest.approx(2 / 3)
     assert grader.grade("import sys\nsys.exit(0)", MBPP_LIKE).score == CRASH_SCORE
+
+
+def test_a_failed_grading_is_a_failed_submission_in_fixed_words(grader, monkeypatch):
+    from agentgym.sandbox import SandboxError
+    from agentgym.sandbox.grading import GRADING_FAILED
+    from agentgym.sandbox.sandbox import Sandbox
+
+    unencodable = grader.grade("note = '\ud800'\n" + HONEST["add"], TASKS["add"])  # cannot be written into the sandbox
+
+    def no_sandbox(*args, **kwargs):
+        raise SandboxError("the sandbox could not start")
+
+    monkeypatch.setattr(Sandbox, "start", no_sandbox)
+    unavailable = grader.grade(HONEST["add"], TASKS["add"])
+    for grade in (unencodable, unavailable):
+        # Scored like a wrong answer, and the words do not say which failure it was.
+        assert (grade.score, grade.passed, grade.crashed, grade.reason) == (0.0, 0, False, GRADING_FAILED)
+
+
+def test_code_exec_submit_is_final_when_grading_fails(monkeypatch):
+    import gymnasium as gym
+
+    from agentgym.parsing import format_tool_call
+    from agentgym.sandbox import SandboxError
+    from agentgym.sandbox.sandbox import Sandbox
+
+    def no_sandbox(*args, **kwargs):
+        raise SandboxError("the sandbox could not start")
+
+    env = gym.make("agentgym/CodeExec-v0")
+    env.reset(seed=0)
+    monkeypatch.setattr(Sandbox, "start", no_sandbox)
+    observation, reward, terminated, _, info = env.step(format_tool_call("submit", {"code": "def f():\n    return 1\n"}))
+    env.close()
+    assert terminated and not info["success"] and info["reward_components"]["tests"] == 0.0
+    assert "could not be graded" in observation[0]["content"] and "sandbox" not in observation[0]["content"]
