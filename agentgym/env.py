@@ -23,7 +23,7 @@ import gymnasium as gym
 
 from agentgym.parsing import ParsedAction, ToolCall, parse_action, scrub_text
 from agentgym.spaces import AssistantTurn, ChatMessages
-from agentgym.tools import Tool, ToolError, tools_of
+from agentgym.tools import Tool, ToolError, cap_result, tools_of
 from agentgym.verifiers.result import RewardResult
 
 __all__ = ["Message", "ToolEnv", "SPLITS", "EpisodeOver"]
@@ -294,14 +294,14 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
         except Exception as exc:  # a tool bug must not end the episode; it is reported and counted
             return self._error_message(call.id, f"{call.name} failed: {type(exc).__name__}: {exc}", counts, name=call.name, kind="tool_errors")
         content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
-        return {"role": "tool", "name": call.name, "tool_call_id": call.id, "content": content}
+        return {"role": "tool", "name": call.name, "tool_call_id": call.id, "content": cap_result(content)}
 
     def _error_message(
         self, call_id: str, text: str, counts: dict[str, int], *, name: str = "invalid_tool_call", kind: str | None = "format_errors"
     ) -> Message:
         if kind is not None:
             counts[kind] += 1
-        return {"role": "tool", "name": name, "tool_call_id": call_id, "content": f"Error: {text}"}
+        return {"role": "tool", "name": name, "tool_call_id": call_id, "content": cap_result(f"Error: {text}")}
 
     def _info(self) -> dict[str, Any]:
         assert self.task is not None

@@ -18,7 +18,13 @@ from typing import Any, Literal, get_args, get_origin
 
 import jsonschema
 
-__all__ = ["Tool", "ToolError", "tool", "tools_of"]
+from agentgym.parsing import scrub_text
+
+__all__ = ["MAX_RESULT_BYTES", "Tool", "ToolError", "cap_result", "tool", "tools_of"]
+
+# What one tool result may hold (UTF-8 bytes): a model's context, and every cache of results,
+# stays bounded whatever a query or a program prints.
+MAX_RESULT_BYTES = 64 << 10
 
 
 class ToolError(Exception):
@@ -26,6 +32,18 @@ class ToolError(Exception):
 
     The message becomes the tool's observation; the environment counts it as a tool error.
     """
+
+
+def cap_result(text: str, max_bytes: int = MAX_RESULT_BYTES) -> str:
+    """``text`` as a tool result: encodable as UTF-8 (unpaired surrogates become U+FFFD) and at most
+    ``max_bytes`` bytes, cut at a character boundary and ended by a marker saying what was cut
+    (so capping twice changes nothing)."""
+    text = scrub_text(text)
+    data = text.encode("utf-8")
+    if len(data) <= max_bytes:
+        return text
+    marker = f"\n[result truncated: {len(data)} bytes long; the part above is what fits in {max_bytes}]"
+    return data[: max(0, max_bytes - len(marker))].decode("utf-8", errors="ignore") + marker
 
 
 @dataclass(frozen=True)

@@ -65,3 +65,14 @@ def test_untyped_parameter_is_rejected_at_declaration():
         @tool
         def bad(self, x):  # noqa: ANN001
             """No hint."""
+
+
+def test_cap_result_bounds_bytes_at_a_character_boundary():
+    from agentgym.tools import cap_result
+
+    assert cap_result("short") == "short"
+    capped = cap_result("é" * 1000, max_bytes=500)  # two bytes a character
+    assert len(capped.encode()) <= 500 and capped.startswith("é" * 50)
+    assert capped.endswith("[result truncated: 2000 bytes long; the part above is what fits in 500]")
+    assert cap_result(capped, max_bytes=500) == capped  # capping twice changes nothing
+    assert cap_result("a\ud800b") == "a\ufffdb"  # and the result always encodes

@@ -16,7 +16,7 @@ import numpy as np
 
 from agentgym.env import Message, ToolEnv
 from agentgym.parsing import ParsedAction
-from agentgym.tools import ToolError, tool
+from agentgym.tools import ToolError, cap_result, tool
 from agentgym.verifiers import RewardResult, weighted_sum
 from agentgym.envs.knowledge.answers import check_answer
 from agentgym.envs.knowledge.cache import SHARED_CACHE, ToolCache
@@ -117,9 +117,9 @@ class KnowledgeEnv(ToolEnv):
             self._faults += 1
             raise ToolError(FAULT_MESSAGE)
 
-        def as_text() -> str:
+        def as_text() -> str:  # capped before it is cached: the cache holds what the model sees
             result = compute()
-            return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+            return cap_result(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False))
 
         if self.cache is None:
             return as_text()

@@ -42,13 +42,25 @@ class ToolCache:
 
     Args:
         max_entries: entries kept; the least recently used go first.
+        max_bytes: characters of keys and texts kept in all (about their bytes); the least recently
+            used entries go first, and an outcome larger than this is returned but not kept.
     """
 
-    def __init__(self, max_entries: int = 50_000):
+    def __init__(self, max_entries: int = 50_000, max_bytes: int = 64 << 20):
         self.max_entries = max_entries
+        self.max_bytes = max_bytes
         self.stats = CacheStats()
         self._entries: OrderedDict[str, tuple[bool, str]] = OrderedDict()
+        self._size = 0
         self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        """Characters held, keys and texts together."""
+        return self._size
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
     def call(self, namespace: str, tool: str, arguments: dict[str, Any], compute: Callable[[], str]) -> tuple[bool, str, bool]:
         """Return ``(ok, text, hit)``: the outcome of this call, from the cache when ``hit``.
@@ -79,14 +91,22 @@ class ToolCache:
         """Drop every entry and reset the counts."""
         with self._lock:
             self._entries.clear()
+            self._size = 0
             self.stats = CacheStats()
 
     def _store(self, key: str, entry: tuple[bool, str]) -> None:
+        size = len(key) + len(entry[1])
+        if size > self.max_bytes:
+            return
         with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:  # two threads computed the same call
+                self._size -= len(key) + len(old[1])
             self._entries[key] = entry
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            self._size += size
+            while len(self._entries) > self.max_entries or self._size > self.max_bytes:
+                gone_key, gone = self._entries.popitem(last=False)
+                self._size -= len(gone_key) + len(gone[1])
 
 
 SHARED_CACHE = ToolCache()

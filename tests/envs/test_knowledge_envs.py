@@ -255,3 +255,31 @@ def test_an_episode_recovers_from_a_fault_by_calling_again():
     assert json.loads(observation[0]["content"])["rows"]
     _, _, terminated, _, _ = env.step(format_tool_call("answer", {"text": str(env.task["answer"]["value"])}))
     assert terminated and env.episode_record()["success"]
+
+
+def test_a_huge_query_result_is_capped_before_it_is_cached():
+    from agentgym.parsing import format_tool_call
+    from agentgym.tools import MAX_RESULT_BYTES
+
+    cache = ToolCache()
+    env = SQLEnv(split="val", tool_cache=cache)
+    env.reset(seed=0)
+    columns = ", ".join(f"hex(hex(hex(hex(hex(hex(hex(hex(n)))))))) c{i}" for i in range(60))  # 50 rows x 60 cells of 300 chars
+    query = f"WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n+1 FROM r WHERE n<50) SELECT {columns} FROM r"
+    observation, *_ = env.step(format_tool_call("sql", {"query": query}))
+    content = observation[0]["content"]
+    assert len(content.encode()) <= MAX_RESULT_BYTES and content.endswith(f"fits in {MAX_RESULT_BYTES}]")
+    assert "result truncated: 8" in content  # the marker gives the full size (about 900 kB)
+    assert cache.size <= MAX_RESULT_BYTES + len(query) + 100
+    env.close()
+
+
+def test_the_cache_is_bounded_in_bytes():
+    cache = ToolCache(max_bytes=10_000)
+    for i in range(50):
+        cache.call("ns", "tool", {"i": i}, lambda: "x" * 1_000)
+    assert cache.size <= 10_000 and len(cache) == 9  # the most recent ones
+    assert cache.call("ns", "tool", {"i": 49}, lambda: "recomputed")[2] is True
+    assert cache.call("ns", "tool", {"i": 0}, lambda: "recomputed") == (True, "recomputed", False)
+    assert cache.call("ns", "tool", {"big": 1}, lambda: "y" * 20_000) == (True, "y" * 20_000, False)  # returned, not kept
+    assert cache.call("ns", "tool", {"big": 1}, lambda: "again")[1] == "again" and cache.size <= 10_000
