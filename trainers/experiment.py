@@ -448,10 +448,13 @@ def summarize_experiment(out: str | Path) -> dict[str, Any]:
     episodes = {arm: _read_arm(out, arm, config.seeds) for arm in arms}
     episodes = {arm: rows for arm, rows in episodes.items() if rows}
     commits = out / "commits.json"
+    started: list[str] = json.loads(commits.read_text(encoding="utf-8")) if commits.is_file() else []
     summary: dict[str, Any] = {
         "env_id": config.env_id,
         "model": config.model or "smollm2-135m-instruct",
-        "commits": json.loads(commits.read_text(encoding="utf-8")) if commits.is_file() else [],
+        # The code of the last (re)start; "commits" lists every commit a resumed run ran under.
+        "commit": started[-1] if started else None,
+        "commits": started,
         "seeds": list(config.seeds),
         "evaluation": {"trials": config.evaluation.trials, "temperature": config.evaluation.temperature,
                        "env_kwargs": config.evaluation.env_kwargs, "episodes_per_model": len(tasks["eval"]) * config.evaluation.trials},

@@ -63,6 +63,7 @@ def test_every_arm_is_trained_and_evaluated(finished) -> None:
     assert set(summary["grpo_curves"]) == {"grpo", "env_tokens_in_loss"}
     assert summary["phase_seconds"] and summary["wall_seconds"] > 0
     assert all(re.fullmatch(r"[0-9a-f]{40}(-dirty)?", c) for c in summary["commits"])  # empty outside a git checkout
+    assert summary["commit"] == (summary["commits"][-1] if summary["commits"] else None)
 
 
 def test_task_sets_are_disjoint_and_recorded(finished) -> None:
