@@ -77,6 +77,8 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
             raise ValueError(f"max_turns must be at least 1; got {max_turns}")
         self.max_tool_calls = int(max_tool_calls)
         all_tasks = self.load_tasks(tasks) if tasks is not None else self.load_split(split)
+        # Where the tasks came from, for error messages.
+        self.task_source = f"the tasks of {tasks}" if isinstance(tasks, str | Path) else "the given tasks" if tasks is not None else f"the {split!r} tasks"
         self.tasks = _select(all_tasks, task_ids)
         self._task_index = {t["task_id"]: t for t in self.tasks}
         self._tools: dict[str, Tool] = {t.name: t for t in tools_of(type(self))}
@@ -107,7 +109,7 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
         options = options or {}
         if "task_id" in options:
             if options["task_id"] not in self._task_index:
-                raise ValueError(f"unknown task_id {options['task_id']!r} for this environment's {self.split!r} tasks")
+                raise ValueError(f"unknown task_id {options['task_id']!r}: not among {self.task_source}")
             task = self._task_index[options["task_id"]]
         else:
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]

@@ -5,11 +5,16 @@ host, one JSON object per line:
 
 - :func:`serve` runs next to the submission. It loads ``solution.py`` as a module, says
   ``{"ready": true}``, then answers call requests ``{"call": name, "args": [...], "kwargs": {...}}``
-  with ``{"value": ...}`` or ``{"raised": type name, "message": text}``.
+  with ``{"value": ...}`` or ``{"raised": type name, "message": text, "classes": [...]}``
+  (``classes``: the exception's class hierarchy as ``module.qualname``, most derived first).
 - :func:`drive` runs assertion-style tests (HumanEval's ``check``, MBPP's asserts) with no
   submitted code in its interpreter: the function under test is a proxy whose calls go to the
   submission's sandbox and whose results come back through :func:`decode` as plain builtin
-  values. It ends with ``{"done": true, "passed": n, "total": m}``.
+  values. It ends with ``{"done": true, "passed": n, "total": m}``. An exception the function
+  raised is raised again in the test's interpreter with its own class when that class is a
+  builtin or belongs to a module the test code imported (``statistics.StatisticsError``), else
+  as a stand-in class of the same name under its nearest builtin base, so ``except ValueError``
+  and ``pytest.raises`` in test code see what an honest solution raised.
 
 Expected values therefore never enter the submission's interpreter, and whatever the
 submission returns reaches a comparison only as data: exact builtin types, no user classes, no
@@ -143,12 +148,34 @@ def _say(writer: Any, message: dict[str, Any]) -> None:
     writer.flush()
 
 
+MAX_CLASSES = 16
+
+
 def _describe(exc: BaseException) -> dict[str, Any]:
     try:
         text = str(exc)[:500]
     except BaseException:  # noqa: BLE001 - a hostile __str__ still yields a reply
         text = ""
-    return {"raised": type(exc).__name__, "message": text}
+    classes = [f"{c.__module__}.{c.__qualname__}"[:200] for c in type(exc).__mro__ if issubclass(c, BaseException)]
+    return {"raised": type(exc).__name__, "message": text, "classes": classes[:MAX_CLASSES]}
+
+
+def _exception_like(raised: str, message: str, classes: list[str]) -> Exception:
+    """The exception to raise in the test's interpreter for one the submission raised (see the
+    module docstring). Only ``Exception`` subclasses: a stand-in for ``SystemExit`` must not stop
+    the test driver."""
+    for qualified in classes:
+        module, _, name = qualified.rpartition(".")
+        owner = sys.modules.get(module)  # never imports: only what the test code already loaded
+        found = getattr(owner, name, None) if owner is not None and "." not in name else None
+        if isinstance(found, type) and issubclass(found, Exception):
+            if module == "builtins" and found.__name__ != raised:
+                return type(raised, (found,), {"__module__": "submission"})(message)  # a stand-in under its builtin base
+            try:
+                return found(message)
+            except Exception:  # noqa: BLE001 - a class that needs other arguments: its stand-in
+                return type(raised, (found,), {"__module__": "submission"})(message)
+    return CandidateError(f"{raised}: {message}")
 
 
 def serve(path: str, names: list[str]) -> None:
@@ -203,7 +230,7 @@ def drive(spec: dict[str, Any]) -> None:
                 raise CandidateError("the submission stopped answering")
             if "value" in reply:
                 return decode(reply["value"], namespace.get)
-            raise CandidateError(f"{reply.get('raised')}: {reply.get('message')}")
+            raise _exception_like(str(reply.get("raised")), str(reply.get("message")), reply.get("classes") or [])
 
         call.__name__ = name
         return call

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from agentgym.sandbox._harness import encode, same
+from agentgym.sandbox._harness import MAX_CLASSES, encode, same
 from agentgym.sandbox.backend import Backend, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.sandbox import Sandbox
@@ -191,7 +191,7 @@ class Grader:
                         return passed, count, [str(n) for n in message.get("failures", [])][:5]
                     reply = submission.ask(message) if isinstance(message.get("call"), str) else None
                     if reply is None:
-                        reply = {"raised": "SubmissionStopped", "message": "the submission crashed, exited or timed out"}
+                        reply = {"raised": "SubmissionStopped", "message": "the submission crashed, exited or timed out", "classes": []}
                     driver.send(_line(reply), timeout=max(0.0, deadline - time.monotonic()))
             except TimeoutError:
                 return 0, total, ["the test driver stopped reading (timed out)"]
@@ -237,7 +237,8 @@ def _run_cases(submission: _Submission, tests: FunctionTests) -> tuple[int, list
             break  # the remaining cases have no answer either
         expected = case.expected
         if isinstance(expected, dict) and set(expected) == {"raises"}:
-            ok = reply.get("raised") == expected["raises"]
+            # The expected exception or a subclass of it, as ``except`` would catch it.
+            ok = "raised" in reply and expected["raises"] in {c.rpartition(".")[2] for c in reply["classes"]}
         else:
             ok = "value" in reply and same(expected, reply["value"])
         if ok:
@@ -277,6 +278,8 @@ def _reply(message: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     if set(message) == {"value"}:
         return message
-    if set(message) == {"raised", "message"} and isinstance(message["raised"], str) and isinstance(message["message"], str):
-        return message
+    if set(message) == {"raised", "message", "classes"} and isinstance(message["raised"], str) and isinstance(message["message"], str):
+        classes = message["classes"]
+        if isinstance(classes, list) and len(classes) <= MAX_CLASSES and all(isinstance(c, str) and len(c) <= 200 for c in classes):
+            return message
     return None

@@ -51,7 +51,14 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
 def load_tasks(source: str | Path | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Normalised tasks from a file path or from a list of records (any supported format)."""
     records = read_records(source) if isinstance(source, str | Path) else list(source)
-    return [normalise(record) for record in records]
+    where = f"task file {source}" if isinstance(source, str | Path) else "task list"
+    tasks = []
+    for number, record in enumerate(records, 1):
+        try:
+            tasks.append(normalise(record))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"{where}, record {number}: {exc}") from None
+    return tasks
 
 
 def normalise(record: dict[str, Any]) -> dict[str, Any]:
@@ -94,22 +101,40 @@ def _mbpp(record: dict[str, Any]) -> dict[str, Any]:
         "format": "mbpp",
         "prompt": f"{text.strip()}\n\nYour code should pass tests like this one:\n\n    {asserts[0]}\n",
         "asserts": asserts,
-        "names": _called_functions(reference, asserts),
+        "names": _names_under_test(str(record.get("task_id")), reference, asserts),
         "setup": setup,
         "reference": reference,
         "solution": f"{imports}\n{reference}" if imports else reference,
     }
 
 
-def _called_functions(reference: str, asserts: list[str]) -> list[str]:
-    """The reference's top-level functions that the asserts call (all of them, if none is called)."""
-    defined = [node.name for node in _parse(reference).body if isinstance(node, ast.FunctionDef)]
-    called = set()
-    for statement in asserts:
-        for node in ast.walk(_parse(statement)):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-                called.add(node.func.id)
-    return [name for name in defined if name in called] or defined
+# Values that make an assignment data rather than a function (``LIMIT = 10``, ``TABLE = [...]``).
+_DATA = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp, ast.JoinedStr, type(None))
+
+
+def _names_under_test(task_id: str, reference: str, asserts: list[str]) -> list[str]:
+    """The names the asserts use that the reference binds at top level, other than classes: each
+    becomes a proxy of the submission's function. Functions bound as lambdas, aliases or imports
+    count too; classes stay the reference's (the setup builds test data with them). Raises when
+    the asserts use none: they would test the reference, and any submission would pass."""
+    bound: dict[str, bool] = {}  # name -> is a class
+    for node in _parse(reference).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound[node.name] = isinstance(node, ast.ClassDef)
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and not isinstance(node.value, _DATA):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name):
+                        bound[name.id] = False
+        elif isinstance(node, ast.ImportFrom):  # ``from math import gcd``: the submission must define gcd
+            for alias in node.names:
+                bound[alias.asname or alias.name] = False
+    used = {node.id for statement in asserts for node in ast.walk(_parse(statement)) if isinstance(node, ast.Name)}
+    names = [name for name, is_class in bound.items() if name in used and not is_class]
+    if not names:
+        raise ValueError(f"MBPP task {task_id}: its asserts use no function its reference code defines, so they cannot test a submission")
+    return names
 
 
 def _parse(source: str) -> ast.Module:

@@ -194,9 +194,44 @@ def test_bad_task_sources_are_clear_errors(tmp_path):
         gym.make(ENV_ID, tasks=broken)
     unknown = tmp_path / "unknown.jsonl"
     unknown.write_text(json.dumps({"task_id": "x", "question": "?"}) + "\n")
-    with pytest.raises(ValueError, match="unrecognised task record"):
+    with pytest.raises(ValueError, match=r"unknown.jsonl, record 1: unrecognised task record"):
         gym.make(ENV_ID, tasks=unknown)
     assert load_tasks(bundled("val")[:2])[0]["task_id"] == bundled("val")[0]["task_id"]
+    env = gym.make(ENV_ID, tasks=_write_mbpp(tmp_path / "mbpp.jsonl", "def f(x):\n    return x\n", ["assert f(1) == 1"]))
+    with pytest.raises(ValueError, match=r"unknown task_id 'Mbpp/7': not among the tasks of .*mbpp.jsonl"):
+        env.reset(options={"task_id": "Mbpp/7"})
+    env.close()
+
+
+def _write_mbpp(path, code, asserts, task_id=1):
+    path.write_text(json.dumps({"task_id": task_id, "text": "Write f.", "code": code, "test_list": asserts}) + "\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        "f = lambda x: x + 1\n",  # the function bound as a lambda
+        "def _impl(x):\n    return x + 1\nf = _impl\n",  # ... or as an alias
+        "import functools, operator\nf = functools.partial(operator.add, 1)\n",
+    ],
+)
+def test_mbpp_asserts_always_call_the_submission(tmp_path, reference):
+    tasks = _write_mbpp(tmp_path / "mbpp.jsonl", reference, ["assert f(1) == 2", "assert f(5) == 6"])
+    env = gym.make(ENV_ID, tasks=tasks)
+    env.reset(options={"task_id": "Mbpp/1"})
+    *_, info = env.step(call("submit", code="def f(x):\n    return 0\n"))  # wrong: must not pass on the reference's answers
+    assert info["reward_components"]["tests"] == 0.0
+    env.reset(options={"task_id": "Mbpp/1"})
+    *_, info = env.step(call("submit", code="def f(x):\n    return x + 1\n"))
+    assert info["reward_components"]["tests"] == 1.0
+    env.close()
+
+
+def test_mbpp_asserts_that_test_nothing_of_the_submission_are_refused(tmp_path):
+    tasks = _write_mbpp(tmp_path / "mbpp.jsonl", "def f(x):\n    return x\n", ["assert len([1]) == 1"])
+    with pytest.raises(ValueError, match=r"mbpp.jsonl, record 1: MBPP task 1: its asserts use no function"):
+        gym.make(ENV_ID, tasks=tasks)
 
 
 def test_labelled_set_is_reproducible(tmp_path):

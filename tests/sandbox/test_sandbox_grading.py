@@ -199,3 +199,29 @@ def test_code_exec_submit_is_final_when_grading_fails(monkeypatch):
     env.close()
     assert terminated and not info["success"] and info["reward_components"]["tests"] == 0.0
     assert "could not be graded" in observation[0]["content"] and "sandbox" not in observation[0]["content"]
+
+
+def test_exceptions_keep_their_identity_across_the_sandbox(grader):
+    # HumanEval-style checks that expect exceptions, as honest solutions raise them.
+    check = CheckTests(
+        prompt="def median(xs):\n    ...\n",
+        test=(
+            "import statistics\n"
+            "def check(candidate):\n"
+            "    assert candidate([3, 1, 2]) == 2\n"
+            "    try:\n        candidate([])\n    except statistics.StatisticsError:\n        pass\n    else:\n        raise AssertionError('no error')\n"
+            "    try:\n        candidate(None)\n    except TypeError:\n        pass\n    else:\n        raise AssertionError('no error')\n"
+        ),
+        entry_point="median",
+    )
+    assert grader.grade("import statistics\ndef median(xs):\n    return statistics.median(xs)\n", check).score == 1.0
+    # A subclass of ValueError caught as ValueError, even when the test never imported its module.
+    as_base = CheckTests("def mean(xs):\n    ...\n", "def check(candidate):\n    try:\n        candidate([])\n    except ValueError:\n        return\n    raise AssertionError\n", "mean")
+    assert grader.grade("import statistics\ndef mean(xs):\n    return statistics.mean(xs)\n", as_base).score == 1.0
+    assert grader.grade("def mean(xs):\n    raise KeyError(1)\n", as_base).score == 0.0  # the wrong exception still fails
+    # SystemExit from the candidate does not stop the test driver: it is a failed call.
+    exits = CheckTests("def f():\n    ...\n", "def check(candidate):\n    try:\n        candidate()\n    except BaseException:\n        pass\n    assert False\n", "f")
+    assert grader.grade("def f():\n    raise SystemExit(0)\n", exits).score == 0.0
+    # Function tests accept a subclass of the expected exception, as except would.
+    mean_tests = FunctionTests("mean", cases([(([],), ValueError)]))
+    assert grader.grade("import statistics\ndef mean(xs):\n    return statistics.mean(xs)\n", mean_tests).score == 1.0
