@@ -6,8 +6,10 @@ Every command turns bad input into one clear line on stderr and exit status 2, n
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
+from importlib import resources
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -63,6 +65,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--probe-episodes", type=_positive_int, default=10, help="episodes per oracle/canary policy (default 10)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(run=_validate_reward)
+
+    p = commands.add_parser("audit-tasks", help="check code tasks for hidden tests that a constant function passes")
+    p.add_argument("--tasks", metavar="FILE", help="a task file (CodeExec, HumanEval or MBPP format; default: CodeExec-v0's bundled tasks)")
+    p.add_argument("--json", action="store_true", help="print every task's baseline scores as JSON")
+    p.set_defaults(run=_audit_tasks)
 
     from agentgym.cli_eval import add_eval_commands
 
@@ -157,6 +164,30 @@ def _validate_reward(args: argparse.Namespace) -> int:
     else:
         _print_report(report)
     return 0 if report.ok else 1
+
+
+def _audit_tasks(args: argparse.Namespace) -> int:
+    from agentgym.envs.code_exec.audit import MAX_BASELINE_SCORE, audit_tasks
+    from agentgym.envs.code_exec.loaders import load_tasks
+
+    if args.tasks:
+        tasks = load_tasks(args.tasks)
+    else:
+        tasks = [t for split in ("train", "val", "test") for t in load_tasks(resources.files("agentgym.tasks") / "code_exec" / f"{split}.jsonl")]
+    audits = audit_tasks(tasks)
+    failed = [a for a in audits if not a.passed]
+    if args.json:
+        print(json.dumps([{**dataclasses.asdict(a), "passed": a.passed} for a in audits], indent=1))
+    else:
+        constant = [a.constant for a in audits]
+        print(f"{len(audits)} tasks; constant function: mean {sum(constant) / len(constant):.3f}, max {max(constant):.3f}")
+        visible = [a.majority_visible for a in audits if a.majority_visible is not None]
+        if visible:
+            print(f"most common visible answer: mean {sum(visible) / len(visible):.3f}, max {max(visible):.3f}")
+        for audit in failed:
+            print(f"FAIL {audit.task_id}: constant {audit.constant:.2f}, most common visible answer {audit.majority_visible}")
+        print(f"{len(failed)} task(s) above {MAX_BASELINE_SCORE}" if failed else f"every task keeps both baselines at or below {MAX_BASELINE_SCORE}")
+    return 1 if failed else 0
 
 
 def _print_report(report: Any) -> None:

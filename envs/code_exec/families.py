@@ -888,7 +888,7 @@ family(
         "        term = ''.join(out)\n"
         "    return term\n"
     ),
-    variants=tuple({"seed": s} for s in ("1", "2", "3", "22")),
+    variants=tuple({"seed": s} for s in ("1", "2", "3", "13")),  # not "22": it reads aloud as itself, so every answer is "22"
     inputs=an_int(1, 14), edges=((0,),),
 )
 

@@ -2,7 +2,8 @@
 
 Every variant of every family in :mod:`agentgym.envs.code_exec.families` becomes one task with
 3 visible examples (shown in the prompt) and 10 hidden tests (for the reward) whose inputs never
-repeat a visible one. Expected values come from running the family's reference solution, which
+repeat a visible one, and of which no more than half share one expected value (so a function
+returning a constant, or an example's answer, scores at most 0.5). Expected values come from running the family's reference solution, which
 is also the task's oracle; the generator runs only that trusted code, in this process.
 
 Families, not tasks, are split into train/val/test (about 70/15/15 of the tasks), so the
@@ -17,6 +18,7 @@ import argparse
 import copy
 import json
 import random
+from collections import Counter
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -28,7 +30,8 @@ SEED = 20251121
 N_VISIBLE = 3
 N_HIDDEN = 10
 SPLIT_SHARES = (("test", 0.15), ("val", 0.15))  # train takes the rest
-MAX_DRAWS = 2000
+MAX_DRAWS = 20_000
+MAX_SAME_ANSWER = N_HIDDEN // 2  # see _task: trivial functions score at most one half
 
 
 def generate(seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
@@ -64,12 +67,26 @@ def _task(family: Family, index: int, params: dict[str, Any], seed: int) -> dict
     exec(compile(solution, f"<{family.name}-{index}>", "exec"), namespace)
     function = namespace[family.entry_point]
     rng = random.Random(f"{seed}-{family.name}-{index}")
+
+    def case(args: tuple[Any, ...]) -> dict[str, Any]:
+        return {"args": encode(list(args)), "expected": _canonical(encode(function(*copy.deepcopy(args))))}
+
     seen: set[str] = set()
     hidden: list[tuple[Any, ...]] = []
+    answers: Counter[str] = Counter()  # hidden tests per expected value
+
+    def add_hidden(args: tuple[Any, ...]) -> None:
+        # No answer may settle more than MAX_SAME_ANSWER hidden tests: a constant function
+        # (or one repeating an example's answer) must not score above that share.
+        answer = json.dumps(case(args)["expected"], sort_keys=True)
+        if answers[answer] < MAX_SAME_ANSWER:
+            answers[answer] += 1
+            hidden.append(args)
+
     for args in family.edges:
         if repr(args) not in seen:
             seen.add(repr(args))
-            hidden.append(args)
+            add_hidden(args)
     visible: list[tuple[Any, ...]] = []
     for _ in range(MAX_DRAWS):
         if len(visible) == N_VISIBLE and len(hidden) == N_HIDDEN:
@@ -78,12 +95,12 @@ def _task(family: Family, index: int, params: dict[str, Any], seed: int) -> dict
         if repr(args) in seen:
             continue
         seen.add(repr(args))
-        (visible if len(visible) < N_VISIBLE else hidden).append(args)
+        if len(visible) < N_VISIBLE:
+            visible.append(args)
+        else:
+            add_hidden(args)
     if len(visible) < N_VISIBLE or len(hidden) < N_HIDDEN:
-        raise RuntimeError(f"{family.name}-{index}: could not draw {N_VISIBLE + N_HIDDEN} distinct inputs")
-
-    def case(args: tuple[Any, ...]) -> dict[str, Any]:
-        return {"args": encode(list(args)), "expected": _canonical(encode(function(*copy.deepcopy(args))))}
+        raise RuntimeError(f"{family.name}-{index}: could not draw {N_VISIBLE} + {N_HIDDEN} distinct inputs with varied answers")
 
     examples = [case(args) for args in visible]
     shown = [(decode(c["args"]), decode(c["expected"])) for c in examples]
