@@ -58,6 +58,7 @@ def _load_sibling(name: str) -> ModuleType:
 
 linux = _load_sibling("_linux")
 bootstrap = _load_sibling("_bootstrap")
+seccomp = _load_sibling("_seccomp")
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -367,7 +368,9 @@ def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: 
         limits = message["limits"]
         _private_namespaces(limits, str(message["workspace"]))
         with open("/proc/self/oom_score_adj", "w") as handle:
-            handle.write("1000")  # under memory pressure, sandboxes go first
+            # Under memory pressure, sandboxes go first. The host's launcher set the same value
+            # as the server's floor, so the code cannot lower it again.
+            handle.write("1000")
         _set_limits(limits)
         os.setgroups([])
         os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
@@ -380,6 +383,8 @@ def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: 
         linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
         request = bootstrap.read_request(0)
         bootstrap.prepare(request)
+        if seccomp.supported():
+            seccomp.install()  # last: from here on, only what the filter allows (see _seccomp)
     except BaseException as exc:  # noqa: BLE001 - reported to the host as a sandbox error
         try:
             os.write(3, json.dumps({"error": f"sandbox setup failed: {type(exc).__name__}: {exc}"}).encode() + b"\n")
@@ -394,8 +399,9 @@ def _private_namespaces(limits: dict[str, Any], workspace: str) -> None:
     linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS)
     private = linux.MS_NOSUID | linux.MS_NODEV
     linux.mount("proc", "/proc", "proc", private | linux.MS_NOEXEC)
-    linux.mount("agentgym-tmp", "/tmp", "tmpfs", private, f"size={limits['workspace_bytes']},mode=1777")
-    linux.mount("agentgym-shm", "/dev/shm", "tmpfs", private | linux.MS_NOEXEC, "size=16m,mode=1777")
+    tmp = f"size={int(limits['workspace_bytes'])},nr_inodes={int(limits['workspace_inodes'])},mode=1777"
+    linux.mount("agentgym-tmp", "/tmp", "tmpfs", private, tmp)
+    linux.mount("agentgym-shm", "/dev/shm", "tmpfs", private | linux.MS_NOEXEC, "size=16m,nr_inodes=1024,mode=1777")
     linux.mount(f"{WORKSPACES}/{workspace}", "/workspace", None, linux.MS_BIND)
     linux.umount(WORKSPACES, linux.MNT_DETACH)  # other episodes' workspaces disappear
     linux.sethostname("sandbox")

@@ -41,6 +41,12 @@ class Limits:
         if self.memory_bytes < 32 << 20:
             raise ValueError(f"Limits.memory_bytes must be at least 32 MiB for the interpreter to run; got {self.memory_bytes}")
 
+    @property
+    def workspace_inodes(self) -> int:
+        """Files and folders the workspace and ``/tmp`` may each hold: each costs host kernel
+        memory whatever its size, so they are bounded like the bytes."""
+        return max(1024, self.workspace_bytes // 4096)
+
     def to_dict(self) -> dict[str, Any]:
-        """The limits as a JSON-ready dict."""
-        return asdict(self)
+        """The limits as a JSON-ready dict (with ``workspace_inodes``)."""
+        return asdict(self) | {"workspace_inodes": self.workspace_inodes}

@@ -149,8 +149,7 @@ class LocalBackend(Backend):
 
     def open_workspace(self, limits: Limits) -> str:
         workspace = f"w{next(self._ids)}"
-        inodes = max(1024, limits.workspace_bytes // 4096)
-        reply = self._call({"op": "open", "workspace": workspace, "bytes": limits.workspace_bytes, "inodes": inodes})
+        reply = self._call({"op": "open", "workspace": workspace, "bytes": limits.workspace_bytes, "inodes": limits.workspace_inodes})
         if not reply.get("ok"):
             raise SandboxError(f"could not create a workspace: {reply.get('error')}")
         return workspace
@@ -277,6 +276,10 @@ def _launch() -> tuple[socket.socket, subprocess.Popen[bytes]]:
         for kind in ("uid", "gid"):
             with open(f"/proc/{proc.pid}/{kind}_map", "w") as handle:
                 handle.write(f"0 {UID_BASE} {UID_COUNT}\n")
+        # Written by the host's root (CAP_SYS_RESOURCE), the score is also the floor that the
+        # server and every run inherit: sandboxed code cannot make itself harder to OOM-kill.
+        with open(f"/proc/{proc.pid}/oom_score_adj", "w") as handle:
+            handle.write("1000")
         parent.send(json.dumps({"op": "go"}).encode())
         if _receive(parent, STARTUP_TIMEOUT_S) != {"event": "ready"}:
             raise OSError("unexpected handshake")

@@ -134,7 +134,7 @@ def test_no_privileges_left(sandbox):
         "print(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno())\n"
         "print(libc.chroot(b'/tmp'), ctypes.get_errno())"
     )
-    assert escapes.stdout.split("\n")[:6] == ["-1 28", "-1 1", "-1 1", "-1 1", "-1 1", "-1 1"]
+    assert escapes.stdout.split("\n")[:6] == ["-1 1"] * 6  # EPERM: the seccomp filter refuses them before the kernel's other checks
 
 
 def test_runs_cannot_see_each_other(local_backend, fast):
@@ -237,3 +237,63 @@ def test_file_size_and_open_files_are_capped(local_backend):
         files = box.run("handles = []\ntry:\n    while True: handles.append(open('/dev/null'))\nexcept OSError as exc:\n    print(len(handles) < 32, exc.errno)")
     assert big.stdout == "27\n"  # EFBIG
     assert files.stdout == "True 24\n"  # EMFILE
+
+
+# ------------------------------------------------------------------------- kernel surface
+
+
+def _host_has_cap_sys_resource() -> bool:
+    with open("/proc/self/status") as status:
+        effective = next(line for line in status if line.startswith("CapEff:"))
+    return bool(int(effective.split()[1], 16) >> 24 & 1)
+
+
+def test_code_cannot_lower_its_oom_score(sandbox):
+    if not _host_has_cap_sys_resource():
+        pytest.skip("the OOM-score floor needs CAP_SYS_RESOURCE in the launcher, which this machine's root lacks (see docs/security.md)")
+    result = sandbox.run(
+        "adj = open('/proc/self/oom_score_adj')\nprint(adj.read().strip())\n"
+        "try:\n    open('/proc/self/oom_score_adj', 'w').write('0')\n    print('lowered')\nexcept OSError as exc:\n    print(type(exc).__name__)\n"
+        "print(open('/proc/self/oom_score_adj').read().strip())"
+    )
+    assert result.stdout.split() == ["1000", "PermissionError", "1000"]
+
+
+def test_socket_families_outside_the_network_namespace_are_refused(sandbox):
+    result = sandbox.run(
+        "import socket\n"
+        "for name, family in (('AF_VSOCK', 40), ('AF_NETLINK', 16), ('AF_PACKET', 17), ('AF_ALG', 38), ('AF_BLUETOOTH', 31), ('AF_CAN', 29)):\n"
+        "    for kind in (socket.SOCK_DGRAM, socket.SOCK_SEQPACKET):\n"
+        "        try:\n            socket.socket(family, kind).close()\n            print(name, 'open')\n"
+        "        except OSError as exc:\n            print(name, exc.errno)\n"
+        "    try:\n        socket.socketpair(family, socket.SOCK_DGRAM)\n        print(name, 'pair')\n"
+        "    except OSError as exc:\n        print(name, exc.errno)\n"
+        "for family in (socket.AF_UNIX, socket.AF_INET, socket.AF_INET6):\n    socket.socket(family, socket.SOCK_STREAM).close()\n"
+        "print('inet ok')"
+    )
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "inet ok"
+    assert all(line.split()[1] == "97" for line in lines[:-1]), lines  # EAFNOSUPPORT
+
+
+def test_kernel_facilities_are_refused(sandbox):
+    # x86_64 and aarch64 numbers: ptrace, bpf, perf_event_open, userfaultfd, io_uring_setup, keyctl, kexec_load, init_module
+    result = sandbox.run(
+        "import ctypes, os, platform\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "calls = {'x86_64': [101, 321, 298, 323, 425, 250, 246, 175], 'aarch64': [117, 280, 241, 282, 425, 219, 104, 105]}[platform.machine()]\n"
+        "for number in calls:\n    print(libc.syscall(number, 0, 0, 0, 0, 0), ctypes.get_errno())\n"
+        "print(os.fork() if False else 'fork ok')\n"
+        "import subprocess, sys\nprint(subprocess.run([sys.executable, '-c', 'print(1)'], capture_output=True, text=True).stdout.strip())"
+    )
+    lines = result.stdout.splitlines()
+    assert lines[:8] == ["-1 1"] * 8, result  # EPERM
+    assert lines[8:] == ["fork ok", "1"]  # processes still start (clone without namespace flags)
+
+
+def test_tmp_and_shm_have_inode_limits(sandbox):
+    result = sandbox.run(
+        "import os\nfor folder in ('/tmp', '/dev/shm'):\n    n = 0\n"
+        "    try:\n        while n < 100000:\n            open(f'{folder}/f{n}', 'w').close()\n            n += 1\n"
+        "    except OSError as exc:\n        print(folder, n < 100000, exc.errno)\n"
+    )
+    assert result.stdout.split() == ["/tmp", "True", "28", "/dev/shm", "True", "28"]  # ENOSPC
