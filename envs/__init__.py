@@ -30,6 +30,10 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = {
         "agentgym.envs.knowledge.toolmath_env:ToolMathEnv",
         "Look facts up with search, compute with a safe calculator, answer with stated rounding",
     ),
+    "agentgym/TauRetail-v0": (
+        "agentgym.envs.tau_retail.env:TauRetailEnv",
+        "τ-bench retail: its 16 tools, database, 635 tasks and hash-based reward, with a deterministic customer",
+    ),
 }
 
 

@@ -1,0 +1,201 @@
+"""τ-bench retail: the benchmark's tools, data, tasks and reward, with a deterministic customer.
+
+## Description
+
+The agent is a retail customer-service agent bound by τ-bench's written policy (its ``wiki.md``,
+the system message). A customer wants orders cancelled or modified (address, payment, items),
+delivered items returned or exchanged, their default address changed, or information. The 16
+tools, the database (500 users, 1,000 orders, 50 products) and the 635 tasks are τ-bench
+retail's (``sierra-research/tau-bench``, MIT); the tools return τ-bench's strings and change the
+database exactly as τ-bench's do, so the final database hashes equal τ-bench's for the same
+calls. See ``docs/envs/tau_retail.md`` for what matches upstream and what differs.
+
+The customer is deterministic: scripted from the task's data (``user="scripted"``), or a
+"ticket" whose whole request is the task's instruction (``user="ticket"``); see
+:mod:`agentgym.envs.tau_retail.users`.
+
+## Action Space
+
+One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
+message dict with ``tool_calls``; a turn without a tool call is a message to the customer.
+Tools (``env.unwrapped.tools`` gives τ-bench's schemas verbatim): ``calculate``,
+``cancel_pending_order``, ``exchange_delivered_order_items``, ``find_user_id_by_email``,
+``find_user_id_by_name_zip``, ``get_order_details``, ``get_product_details``,
+``get_user_details``, ``list_all_product_types``, ``modify_pending_order_address``,
+``modify_pending_order_items``, ``modify_pending_order_payment``, ``modify_user_address``,
+``return_delivered_order_items``, ``think``, ``transfer_to_human_agents``. As in τ-bench, one
+call is executed per turn by default (``max_tool_calls=1``).
+
+## Observation Space
+
+A list of new chat messages (:class:`agentgym.spaces.ChatMessages`): ``reset`` returns the
+policy as the system message and the customer's opening message; ``step`` returns one ``tool``
+message per call (τ-bench's result string; refusals start with ``Error:``), or the customer's
+reply as a ``user`` message when the turn called no tool (none in ticket mode).
+
+## Rewards
+
+τ-bench's, given once on the final step: 1.0 iff the final database equals the database left by
+replaying the task's ground-truth actions (``transfer_to_human_agents`` excluded) on fresh data,
+and every required output appears in one of the agent's messages to the customer (lower-cased,
+commas removed, as a substring); 0.0 otherwise, and 0.0 when the episode is truncated.
+Components: ``db`` and ``outputs`` (1.0 or 0.0 each). ``reward_reason`` names the records that
+differ and the outputs not said; ``details`` add both databases' τ-bench hashes.
+
+## Starting State
+
+A task from the chosen split (τ-bench train → ``train``, dev → ``val``, test → ``test``),
+drawn with the env's seeded RNG or named by ``options={"task_id": "retail-test-12"}``, and the
+database as τ-bench ships it.
+
+## Episode End
+
+Terminates when the customer ends the conversation (``###STOP###``: scripted mode, once the
+task is done), when ``transfer_to_human_agents`` runs, or in ticket mode on the agent's first
+message without a tool call. Truncates after ``max_turns`` assistant turns (default 30, τ-bench's
+step limit).
+
+## Arguments
+
+``split``, ``tasks`` (a JSONL path or list of tasks in this env's task format), ``task_ids``,
+``max_turns`` (default 30), ``max_tool_calls`` per turn (default 1), ``render_mode``
+(``"ansi"``), ``user`` (``"scripted"``, the default, or ``"ticket"``).
+
+## Version History
+
+- v0: initial release (τ-bench retail at commit 59a200c: 500 train, 20 dev, 115 test tasks).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from importlib import resources
+from typing import Any
+
+from agentgym.env import Message, ToolEnv
+from agentgym.parsing import ParsedAction
+from agentgym.verifiers import RewardResult
+from agentgym.envs.tau_retail.data import RetailDB, read_bundled
+from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, WRITE_TOOLS, RetailTools
+from agentgym.envs.tau_retail.users import STOP, USER_MODES, Progress, make_user, target_record
+
+# agentgym split -> τ-bench split
+UPSTREAM_SPLITS = {"train": "train", "val": "dev", "test": "test"}
+WIKI = (resources.files("agentgym.tasks") / "tau_retail" / "wiki.md").read_text(encoding="utf-8")
+
+
+@functools.cache
+def _tool_schemas() -> tuple[dict[str, Any], ...]:
+    return tuple(read_bundled("tools_schema"))
+
+
+def upstream_tasks(split: str) -> list[dict[str, Any]]:
+    """τ-bench's tasks of agentgym split ``split``, as this env's task dicts."""
+    upstream = UPSTREAM_SPLITS[split]
+    return [
+        {"task_id": f"retail-{upstream}-{task['task_index']}", "split": split, "upstream_split": upstream} | task
+        for task in read_bundled(f"tasks_{upstream}")
+    ]
+
+
+class TauRetailEnv(ToolEnv, RetailTools):
+    """agentgym/TauRetail-v0: τ-bench retail with a deterministic customer (see the module docstring)."""
+
+    task_family = "tau_retail"
+    default_max_turns = 30
+
+    def __init__(self, *, user: str = "scripted", max_tool_calls: int = 1, **kwargs: Any):
+        if user not in USER_MODES:
+            raise ValueError(f"user must be one of {', '.join(USER_MODES)}; got {user!r}")
+        self.user_mode = user
+        super().__init__(max_tool_calls=max_tool_calls, **kwargs)
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """τ-bench's OpenAI function schemas, verbatim (arguments are validated against the
+        equivalent schemas generated from the tools' signatures; a test keeps the two equal)."""
+        return copy.deepcopy(list(_tool_schemas()))
+
+    def load_split(self, split: str) -> list[dict[str, Any]]:
+        return self.load_tasks(upstream_tasks(split))
+
+    # ------------------------------------------------------------------ episode lifecycle
+
+    def setup_episode(self, task: dict[str, Any]) -> list[Message]:
+        self.db = RetailDB()
+        self.transferred = False
+        self.stopped = False
+        self.replies: list[str] = []
+        self._expected: RetailDB | None = None
+        self.user = make_user(self.user_mode, task)
+        return [{"role": "system", "content": WIKI}, {"role": "user", "content": self.user.opening()}]
+
+    def respond(self, parsed: ParsedAction) -> list[Message]:
+        self.replies.append(parsed.content)
+        reply = self.user.reply(parsed.content, self._progress())
+        if reply is None or STOP in reply:
+            self.stopped = True
+        return [] if reply is None else [{"role": "user", "content": reply}]
+
+    def is_done(self) -> bool:
+        return self.stopped or self.transferred
+
+    # -------------------------------------------------------------------------- reward
+
+    def compute_reward(self) -> RewardResult:
+        expected = self.expected_db()
+        differing = self.db.differences(expected)
+        missing = self.missing_outputs()
+        problems = []
+        if self._truncated:
+            problems.append(f"the episode ran out of its {self.max_turns} turns")
+        if differing:
+            problems.append("the final database differs from the ground truth's in " + ", ".join(differing))
+        if missing:
+            problems.append("required outputs not said: " + ", ".join(repr(o) for o in missing))
+        passed = not problems
+        return RewardResult(
+            1.0 if passed else 0.0,
+            "; ".join(problems) or "the final database matches the ground truth and every required output was said",
+            components={"db": float(not differing), "outputs": float(not missing)},
+            passed=passed,
+            details={
+                "differing_records": differing,
+                "missing_outputs": missing,
+                "truncated": self._truncated,
+                "db_hash": self.db.tau_bench_hash(),
+                "expected_db_hash": expected.tau_bench_hash(),
+            },
+        )
+
+    def expected_db(self) -> RetailDB:
+        """The database after the task's ground-truth actions, replayed as τ-bench's reward does:
+        on fresh data, terminate tools skipped, refusals ignored."""
+        if self._expected is None:
+            replay = RetailTools(RetailDB())
+            for action in self.task["actions"]:
+                if action["name"] not in TERMINATE_TOOLS:
+                    replay.call(action["name"], action["kwargs"])
+            self._expected = replay.db
+        return self._expected
+
+    def missing_outputs(self) -> list[str]:
+        """The task's required outputs that no message of the agent to the customer contains."""
+        said = [reply.lower().replace(",", "") for reply in self.replies]
+        return [output for output in self.task["outputs"] if not any(output.lower() in text for text in said)]
+
+    def _progress(self) -> Progress:
+        differing = set(self.db.differences(self.expected_db()))
+        missing = bool(self.missing_outputs())
+        unfinished = tuple(
+            a for a in self.task["actions"] if a["name"] in WRITE_TOOLS and "/".join(target_record(a)) in differing
+        )
+        return Progress(done=not differing and not missing, unfinished=unfinished, missing_outputs=missing)
+
+    @classmethod
+    def policies(cls):
+        from agentgym.envs.tau_retail.policies import OraclePolicy
+
+        return super().policies() | {"oracle": OraclePolicy}

@@ -1,0 +1,30 @@
+"""The oracle of TauRetail-v0: τ-bench's ground-truth actions, then the required outputs.
+
+It produces the SFT demonstrations of the train split. With the scripted customer it asks for a
+confirmation, naming every detail, before each write (the policy demands an explicit yes); a
+ticket has no one to ask, so there it only calls the tools.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentgym.parsing import format_tool_call
+from agentgym.policies import Script, ScriptedPolicy
+from agentgym.envs.tau_retail.tools import WRITE_TOOLS
+from agentgym.envs.tau_retail.users import describe
+
+
+class OraclePolicy(ScriptedPolicy):
+    """Plays the task's ground-truth actions one call a turn, then states the required outputs."""
+
+    def script(self, env: Any) -> Script:
+        task = env.task
+        for action in task["actions"]:
+            if env.user_mode == "scripted" and action["name"] in WRITE_TOOLS:
+                yield f"To confirm, I will {describe(env.user.db, action)}. Shall I proceed (yes/no)?"
+            yield format_tool_call(action["name"], action["kwargs"])
+        if task["outputs"]:
+            yield "Here is what you asked for: " + "; ".join(task["outputs"]) + "."
+        else:
+            yield "Your request has been taken care of. Is there anything else I can help with?"
