@@ -27,7 +27,9 @@ def add_eval_commands(commands: Any) -> None:
     p.add_argument("--model", help="model name, local path, .gguf file or hub id (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--split", default="test", choices=["train", "val", "test"], help="task split (default test)")
     p.add_argument("--episodes", type=_positive_int, default=10, help="tasks to evaluate; each runs --group-size times (default 10)")
-    p.add_argument("--group-size", type=_positive_int, default=1, help="episodes per task (default 1)")
+    p.add_argument("--group-size", "--num-trials", dest="group_size", type=_positive_int, default=1,
+                   help="episodes (trials) per task; 2 or more also reports pass^k (default 1)")
+    p.add_argument("--task-ids", nargs="+", metavar="ID", help="evaluate these tasks (instead of --episodes drawn ones)")
     p.add_argument("--max-turns", type=_positive_int, help="assistant turns per episode (default: the environment's)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=256, help="tokens sampled per turn at most (default 256)")
     p.add_argument("--max-total-tokens", type=_positive_int, help="token budget of a whole trajectory, prompt included (default: the local model's context window)")
@@ -106,7 +108,8 @@ def _eval(args: argparse.Namespace) -> int:
     config = RolloutConfig(  # validates the values before anything is loaded
         env_id=args.env,
         split=args.split,
-        num_tasks=args.episodes,
+        num_tasks=len(args.task_ids) if args.task_ids else args.episodes,
+        task_ids=args.task_ids,
         group_size=args.group_size,
         seed=args.seed,
         max_turns=args.max_turns,

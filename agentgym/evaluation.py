@@ -11,7 +11,9 @@ quantities alike) and add:
 * ``mean_tokens`` / ``mean_sampled_tokens``: trajectory length and trained tokens per episode;
 * ``tool_calls_per_turn`` and ``tool_error_rate`` (executed calls that raised a tool error), next to
   ``format_errors_per_turn`` (unparseable calls, invalid arguments, unknown tools);
-* ``stop_reasons`` and ``per_difficulty`` (tasks carry a ``difficulty`` field).
+* ``stop_reasons`` and ``per_difficulty`` (tasks carry a ``difficulty`` field);
+* with several trials per task (``group_size`` > 1): ``pass_hat_k``, τ-bench's pass^k for k = 1 …
+  trials (:func:`pass_hat_k`), and ``per_task`` (each task's successes out of its trials).
 """
 
 from __future__ import annotations
@@ -135,6 +137,7 @@ def eval_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     levels = sorted(by_difficulty, key=lambda d: (_DIFFICULTY_ORDER.get(d, len(_DIFFICULTY_ORDER)), d))
     return {
         **_group_metrics(episodes),
+        **_trial_metrics(episodes),
         "reward_components": {name: statistics.fmean(values) for name, values in components.items()},
         "mean_tokens": statistics.fmean(len(e.trajectory.token_ids) for e in episodes),
         "mean_sampled_tokens": statistics.fmean(sum(e.trajectory.loss_mask) for e in episodes),
@@ -142,6 +145,20 @@ def eval_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
         "tool_error_rate": counts["tool_errors"] / counts["tool_calls"] if counts["tool_calls"] else None,
         "stop_reasons": dict(sorted(Counter(e.stop_reason for e in episodes).items())),
         "per_difficulty": {level: _group_metrics(by_difficulty[level]) for level in levels},
+    }
+
+
+def _trial_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
+    """pass^k for k up to the fewest trials of a task, and each task's successes; nothing with one trial."""
+    trials: dict[str, list[bool]] = {}
+    for episode in episodes:
+        trials.setdefault(str(episode.record["task_id"]), []).append(bool(episode.record["success"]))
+    fewest = min(len(t) for t in trials.values())
+    if fewest < 2:
+        return {}
+    return {
+        "pass_hat_k": {str(k): pass_hat_k(trials, k) for k in range(1, fewest + 1)},
+        "per_task": {task: f"{sum(t)}/{len(t)}" for task, t in trials.items()},
     }
 
 
@@ -191,7 +208,7 @@ def print_report(summary: Mapping[str, Any], console: Any = None) -> None:
     title = f"{summary['env']} — {summary['policy']} ({summary['split']})"
     table = Table("metric", "value", title=title)
     for key, value in summary.items():
-        if key in ("env", "policy", "split", "per_difficulty", "timing"):
+        if key in ("env", "policy", "split", "per_difficulty", "per_task", "timing"):
             continue
         table.add_row(key.replace("_", " "), _format(value))
     console.print(table)

@@ -49,11 +49,12 @@ def test_wilson_interval_rejects_bad_input(args) -> None:
 
 
 def fake_episode(*, success: bool, difficulty: str | None, counts: dict[str, int], turns: int, sampled: int, stop: str = "done",
-                 components: dict[str, float] | None = None) -> Episode:
+                 components: dict[str, float] | None = None, task_id: str = "t0") -> Episode:
     segments = [Segment("prompt", 0, (1, 2, 3), None, 0), Segment("sampled", 3, tuple(range(sampled)), (-0.5,) * sampled, 0)]
     trajectory = Trajectory.from_dict({"segments": [asdict(s) for s in segments], "messages": [], "prefix_stable": True})
     reward = 1.0 if success else 0.25
     record: dict[str, Any] = {
+        "task_id": task_id,
         "success": success,
         "reward": reward,
         "reward_components": components or {},
@@ -91,6 +92,17 @@ def test_eval_metrics() -> None:
     assert easy["episodes"] == 2 and easy["success_rate"] == 0.0 and easy["success_ci95"] == pytest.approx(list(wilson_interval(0, 2)))
     with pytest.raises(ValueError):
         eval_metrics([])
+
+
+def test_several_trials_per_task_give_pass_hat_k() -> None:
+    def trial(task_id: str, success: bool) -> Episode:
+        return fake_episode(success=success, difficulty=None, counts={}, turns=1, sampled=1, task_id=task_id)
+
+    episodes = [trial("a", True), trial("a", True), trial("a", False), trial("b", True), trial("b", False), trial("b", False)]
+    metrics = eval_metrics(episodes)
+    assert metrics["pass_hat_k"] == pytest.approx({"1": 0.5, "2": (1 / 3 + 0) / 2, "3": 0.0})  # C(c,k)/C(n,k), mean over tasks
+    assert metrics["per_task"] == {"a": "2/3", "b": "1/3"}
+    assert "pass_hat_k" not in eval_metrics(episodes[:1])  # one trial: nothing to report
 
 
 def test_no_tool_calls_means_no_tool_error_rate() -> None:
@@ -169,6 +181,17 @@ def test_eval_through_a_server(fake_server, default_tokenizer, capsys) -> None:
     assert main(common) == 0
     table = capsys.readouterr().out
     assert "success rate" in table and "per difficulty" in table and "tokens/s" in table
+
+
+def test_tau_bench_style_eval_with_trials(fake_server, default_tokenizer, capsys) -> None:
+    task_ids = ["retail-test-0", "retail-test-1"]
+    fake_server.responder = OracleScript("agentgym/TauRetail-v0", task_ids, default_tokenizer).respond
+    args = ["eval", "agentgym/TauRetail-v0", "--backend", "openai", "--base-url", fake_server.base_url, "--split", "test",
+            "--task-ids", *task_ids, "--num-trials", "2", "--temperature", "0", "--max-new-tokens", "512", "--json"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["episodes"] == 4 and summary["group_size"] == 2
+    assert summary["pass_hat_k"] == {"1": 1.0, "2": 1.0} and summary["per_task"] == {t: "2/2" for t in task_ids}
 
 
 def _closed_port() -> int:
