@@ -12,6 +12,8 @@ quantities alike) and add:
 * ``tool_calls_per_turn`` and ``tool_error_rate`` (executed calls that raised a tool error), next to
   ``format_errors_per_turn`` (unparseable calls, invalid arguments, unknown tools);
 * ``stop_reasons`` and ``per_difficulty`` (tasks carry a ``difficulty`` field);
+* ``policy_violations_per_episode``: the mean of the final ``info["policy_violations"]`` over the
+  episodes whose environment reports it (e.g. TauRetail-v0); absent when none does;
 * with several trials per task (``group_size`` > 1): ``pass_hat_k``, τ-bench's pass^k for k = 1 …
   trials (:func:`pass_hat_k`), and ``per_task`` (each task's successes out of its trials).
 """
@@ -100,9 +102,20 @@ def paired_bootstrap(
     return float(sums.sum() / counts.sum()), (float(low), float(high))
 
 
+def _final_info(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    return record["steps"][-1]["info"] if record["steps"] else {}
+
+
 def _final_counts(record: Mapping[str, Any]) -> dict[str, int]:
-    info = record["steps"][-1]["info"] if record["steps"] else {}
+    info = _final_info(record)
     return {key: int(info.get(key, 0)) for key in ("tool_calls", "tool_errors", "format_errors")}
+
+
+def _violation_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
+    """Mean policy violations per episode, over the episodes whose environment counts them."""
+    infos = [_final_info(e.record) for e in episodes]
+    counts = [info["policy_violations"] for info in infos if "policy_violations" in info]
+    return {"policy_violations_per_episode": statistics.fmean(counts)} if counts else {}
 
 
 def _group_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
@@ -143,6 +156,7 @@ def eval_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
         "mean_sampled_tokens": statistics.fmean(sum(e.trajectory.loss_mask) for e in episodes),
         "tool_calls_per_turn": counts["tool_calls"] / max(turns, 1),
         "tool_error_rate": counts["tool_errors"] / counts["tool_calls"] if counts["tool_calls"] else None,
+        **_violation_metrics(episodes),
         "stop_reasons": dict(sorted(Counter(e.stop_reason for e in episodes).items())),
         "per_difficulty": {level: _group_metrics(by_difficulty[level]) for level in levels},
     }

@@ -105,6 +105,15 @@ def test_several_trials_per_task_give_pass_hat_k() -> None:
     assert "pass_hat_k" not in eval_metrics(episodes[:1])  # one trial: nothing to report
 
 
+def test_policy_violations_are_averaged_over_the_episodes_that_report_them() -> None:
+    def episode(counts: dict[str, int]) -> Episode:
+        return fake_episode(success=True, difficulty=None, counts=counts, turns=1, sampled=1)
+
+    metrics = eval_metrics([episode({"policy_violations": 3}), episode({"policy_violations": 0}), episode({})])
+    assert metrics["policy_violations_per_episode"] == 1.5
+    assert "policy_violations_per_episode" not in eval_metrics([episode({}), episode({"tool_calls": 1})])
+
+
 def test_no_tool_calls_means_no_tool_error_rate() -> None:
     metrics = eval_metrics([fake_episode(success=False, difficulty=None, counts={}, turns=1, sampled=2)])
     assert metrics["tool_error_rate"] is None and metrics["per_difficulty"] == {}

@@ -1,4 +1,4 @@
-"""τ-bench retail: the benchmark's tools, data, tasks and reward, with a deterministic customer.
+"""τ-bench retail: the benchmark's tools, data, tasks and reward, with a scripted, ticket or LLM customer.
 
 ## Description
 
@@ -10,9 +10,11 @@ retail's (``sierra-research/tau-bench``, MIT); the tools return τ-bench's strin
 database exactly as τ-bench's do, so the final database hashes equal τ-bench's for the same
 calls. See ``docs/envs/tau_retail.md`` for what matches upstream and what differs.
 
-The customer is deterministic: scripted from the task's data (``user="scripted"``), or a
-"ticket" whose whole request is the task's instruction (``user="ticket"``); see
-:mod:`agentgym.envs.tau_retail.users`.
+The customer is scripted from the task's data (``user="scripted"``, deterministic), a "ticket"
+whose whole request is the task's instruction (``user="ticket"``, deterministic; see
+:mod:`agentgym.envs.tau_retail.users`), or τ-bench's own kind: a language model playing the
+instruction (``user="llm"``; see :mod:`agentgym.envs.tau_retail.llm_user`), whose replies are cached
+so that the same agent replays identically.
 
 ## Action Space
 
@@ -51,16 +53,38 @@ database as τ-bench ships it.
 
 ## Episode End
 
-Terminates when the customer ends the conversation (``###STOP###``: scripted mode, once the
-task is done), when ``transfer_to_human_agents`` runs, or in ticket mode on the agent's first
-message without a tool call. Truncates after ``max_turns`` assistant turns (default 30, τ-bench's
+Terminates when the customer ends the conversation (a reply containing ``###STOP###``: the
+scripted customer's once the task is done, the LLM customer's when it is satisfied), when
+``transfer_to_human_agents`` runs, or in ticket mode on the agent's first message without a tool
+call. Truncates after ``max_turns`` assistant turns (default 30, τ-bench's
 step limit).
+
+## Info
+
+Besides the shared counts: ``policy_violations``, the violations of the written policy so far, and
+``policy_violations_by_rule`` (``unconfirmed_write``, ``other_customer``, ``wrong_status``; the
+rules are defined in :mod:`agentgym.envs.tau_retail.audit`). With ``user="llm"``:
+``user_errors``, how many customer replies the model failed to give (each replaced by a fixed
+fallback line), and ``user_error``, the latest failure's message (``None`` without one).
 
 ## Arguments
 
 ``split``, ``tasks`` (a JSONL path or list of tasks in this env's task format), ``task_ids``,
 ``max_turns`` (default 30), ``max_tool_calls`` per turn (default 1), ``render_mode``
-(``"ansi"``), ``user`` (``"scripted"``, the default, or ``"ticket"``).
+(``"ansi"``), ``user`` (``"scripted"``, the default, ``"ticket"`` or ``"llm"``).
+
+For ``user="llm"`` only:
+
+- ``user_backend``: the generation backend voicing the customer (anything with ``tokenizer``,
+  ``name`` and ``generate(prompts, params)``, e.g. :class:`agentgym.models.HFBackend`);
+- ``user_model``: without ``user_backend``, the local model to load instead (a name or path for
+  :func:`agentgym.models.create_backend`; default :data:`agentgym.models.DEFAULT_MODEL`). It is
+  loaded on the first ``reset``, once per process, and shared by every environment naming it, so
+  ``--env-kwargs '{"user": "llm"}'`` works from the command line;
+- ``user_temperature`` (default 0.0) and ``user_seed`` (default 0): the sampling of every reply;
+- ``user_cache``: a :class:`~agentgym.envs.tau_retail.llm_user.ResponseCache` shared with other
+  environments, or the path of a JSON-lines file that keeps the replies across runs (shared by
+  the environments of a process naming it); default: a cache of this environment's own.
 
 ## Version History
 
@@ -72,12 +96,16 @@ from __future__ import annotations
 import copy
 import functools
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from agentgym.env import Message, ToolEnv
-from agentgym.parsing import ParsedAction
+from agentgym.models import GenerationBackend
+from agentgym.parsing import ParsedAction, ToolCall
 from agentgym.verifiers import RewardResult
+from agentgym.envs.tau_retail.audit import PolicyAudit, record_owner
 from agentgym.envs.tau_retail.data import RetailDB, read_bundled
+from agentgym.envs.tau_retail.llm_user import LLMCustomer, LLMUser, ResponseCache
 from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, WRITE_TOOLS, RetailTools
 from agentgym.envs.tau_retail.users import STOP, USER_MODES, Progress, make_user, target_record
 
@@ -101,15 +129,35 @@ def upstream_tasks(split: str) -> list[dict[str, Any]]:
 
 
 class TauRetailEnv(ToolEnv, RetailTools):
-    """agentgym/TauRetail-v0: τ-bench retail with a deterministic customer (see the module docstring)."""
+    """agentgym/TauRetail-v0: τ-bench retail with a scripted, ticket or LLM customer (see the module docstring)."""
 
     task_family = "tau_retail"
     default_max_turns = 30
 
-    def __init__(self, *, user: str = "scripted", max_tool_calls: int = 1, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        user: str = "scripted",
+        max_tool_calls: int = 1,
+        user_backend: GenerationBackend | None = None,
+        user_model: str | None = None,
+        user_temperature: float = 0.0,
+        user_seed: int = 0,
+        user_cache: ResponseCache | str | Path | None = None,
+        **kwargs: Any,
+    ):
         if user not in USER_MODES:
             raise ValueError(f"user must be one of {', '.join(USER_MODES)}; got {user!r}")
+        llm_only = {"user_backend": user_backend, "user_model": user_model, "user_cache": user_cache}
+        given = [name for name, value in llm_only.items() if value is not None]
+        if user != "llm" and given:
+            raise ValueError(f"{', '.join(given)} only apply to user='llm'")
         self.user_mode = user
+        self.customer = (
+            LLMCustomer(backend=user_backend, model=user_model, temperature=user_temperature, seed=user_seed, cache=user_cache)
+            if user == "llm"
+            else None
+        )
         super().__init__(max_tool_calls=max_tool_calls, **kwargs)
 
     @property
@@ -129,18 +177,35 @@ class TauRetailEnv(ToolEnv, RetailTools):
         self.stopped = False
         self.replies: list[str] = []
         self._expected: RetailDB | None = None
-        self.user = make_user(self.user_mode, task)
+        self.audit = PolicyAudit(dialogue=self.user_mode != "ticket")
+        self.user = self.customer.user(task) if self.customer is not None else make_user(self.user_mode, task)
         return [{"role": "system", "content": WIKI}, {"role": "user", "content": self.user.opening()}]
 
     def respond(self, parsed: ParsedAction) -> list[Message]:
         self.replies.append(parsed.content)
         reply = self.user.reply(parsed.content, self._progress())
+        self.audit.message(parsed.content, reply)
         if reply is None or STOP in reply:
             self.stopped = True
         return [] if reply is None else [{"role": "user", "content": reply}]
 
     def is_done(self) -> bool:
         return self.stopped or self.transferred
+
+    def extra_info(self) -> dict[str, Any]:
+        info: dict[str, Any] = {"policy_violations": self.audit.total, "policy_violations_by_rule": dict(self.audit.counts)}
+        if isinstance(self.user, LLMUser):
+            info |= self.user.info()
+        return info
+
+    def _run_tool(self, call: ToolCall, counts: dict[str, int]) -> Message:
+        # The audit needs every call that ran, with its observation: the base class counts a call
+        # in tool_calls exactly when it passed validation and ran (refusals included).
+        ran_before = counts["tool_calls"]
+        message = super()._run_tool(call, counts)
+        if counts["tool_calls"] > ran_before:
+            self.audit.tool_call(call.name, record_owner(self.db, call.arguments), message["content"])
+        return message
 
     # -------------------------------------------------------------------------- reward
 

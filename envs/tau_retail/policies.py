@@ -1,8 +1,8 @@
 """The oracle of TauRetail-v0: τ-bench's ground-truth actions, then the required outputs.
 
-It produces the SFT demonstrations of the train split. With the scripted customer it asks for a
-confirmation, naming every detail, before each write (the policy demands an explicit yes); a
-ticket has no one to ask, so there it only calls the tools.
+It produces the SFT demonstrations of the train split. With a customer to talk to (scripted or
+LLM) it asks for a confirmation, naming every detail, before each write (the policy demands an
+explicit yes); a ticket has no one to ask, so there it only calls the tools.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import Any
 
 from agentgym.parsing import format_tool_call
 from agentgym.policies import Script, ScriptedPolicy
+from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
 from agentgym.envs.tau_retail.users import describe
 
@@ -20,9 +21,10 @@ class OraclePolicy(ScriptedPolicy):
 
     def script(self, env: Any) -> Script:
         task = env.task
+        before = RetailDB()  # writes are described from the data as it was, as the customer knows it
         for action in task["actions"]:
-            if env.user_mode == "scripted" and action["name"] in WRITE_TOOLS:
-                yield f"To confirm, I will {describe(env.user.db, action)}. Shall I proceed (yes/no)?"
+            if env.user_mode != "ticket" and action["name"] in WRITE_TOOLS:
+                yield f"To confirm, I will {describe(before, action)}. Shall I proceed (yes/no)?"
             yield format_tool_call(action["name"], action["kwargs"])
         if task["outputs"]:
             yield "Here is what you asked for: " + "; ".join(task["outputs"]) + "."

@@ -1,7 +1,8 @@
 """The customers of TauRetail-v0: a scripted one for training and a "ticket" with no dialogue.
 
 τ-bench's customer is an LLM role-playing the task's instruction, so the same agent can get
-different conversations. Both customers here are deterministic functions of the task:
+different conversations; ``user="llm"`` is that customer (:mod:`agentgym.envs.tau_retail.llm_user`).
+The two customers here are deterministic functions of the task:
 
 * :class:`ScriptedUser` (``user="scripted"``) asks for the task's ground-truth writes, answers
   identity questions from the user's record, says yes to a confirmation that names every detail of
@@ -21,17 +22,33 @@ from typing import Any, Literal, Protocol
 from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
 
-__all__ = ["STOP", "USER_MODES", "Progress", "ScriptedUser", "TicketUser", "User", "UserMode", "describe", "make_user", "target_record"]
+__all__ = [
+    "STOP", "USER_MODES", "Progress", "ScriptedUser", "TicketUser", "User", "UserMode",
+    "asks_confirmation", "describe", "make_user", "says_yes", "target_record",
+]
 
 STOP = "###STOP###"
-UserMode = Literal["scripted", "ticket"]
-USER_MODES: tuple[str, ...] = ("scripted", "ticket")
+UserMode = Literal["scripted", "ticket", "llm"]
+USER_MODES: tuple[str, ...] = ("scripted", "ticket", "llm")
 
 Action = dict[str, Any]
 
 # A confirmation request: the policy asks for an explicit "yes" before any write.
 _ASKS_CONFIRMATION = re.compile(r"\b(confirm|proceed|yes)\b")
 _ASKS_IDENTITY = re.compile(r"\b(email|e-mail|name|zip|zip code|postal code|verify|authenticate|identify|identity|user id)\b")
+_YES = re.compile(r"\byes\b")
+_STARTS_WITH_NO = re.compile(r"\W*no\b")
+
+
+def asks_confirmation(text: str) -> bool:
+    """Whether an agent message asks the customer to confirm (it says *confirm*, *proceed* or *yes*)."""
+    return _ASKS_CONFIRMATION.search(text.lower()) is not None
+
+
+def says_yes(text: str) -> bool:
+    """Whether a customer's reply is an explicit yes: the word *yes*, in a reply that does not open with *no*."""
+    said = text.lower()
+    return _YES.search(said) is not None and _STARTS_WITH_NO.match(said) is None
 
 
 @dataclass(frozen=True)
@@ -58,10 +75,13 @@ class User(Protocol):
 
 
 def make_user(mode: str, task: dict[str, Any]) -> User:
-    """The customer of ``task`` for ``mode`` (``scripted`` or ``ticket``)."""
+    """The deterministic customer of ``task`` for ``mode`` (``scripted`` or ``ticket``; the LLM
+    customer needs a model, see :class:`agentgym.envs.tau_retail.llm_user.LLMCustomer`)."""
     if mode == "ticket":
         return TicketUser(task)
-    return ScriptedUser(task)
+    if mode == "scripted":
+        return ScriptedUser(task)
+    raise ValueError(f"no deterministic customer for user={mode!r}")
 
 
 class TicketUser:
@@ -104,7 +124,7 @@ class ScriptedUser:
             return f"That's everything I needed, thank you! {STOP}"
         wanted = any(all(key.lower() in said for key in confirmation_keys(action)) for action in self.writes)
         asks_identity = _ASKS_IDENTITY.search(said) is not None
-        if _ASKS_CONFIRMATION.search(said) and (wanted or not asks_identity):
+        if asks_confirmation(said) and (wanted or not asks_identity):
             return "Yes, please go ahead." if wanted else "No, that is not what I asked for. " + self._restate(progress)
         if asks_identity:
             return self._identity(said)
@@ -138,9 +158,11 @@ def target_record(action: Action) -> tuple[str, str]:
 
 def confirmation_keys(action: Action) -> list[str]:
     """What a confirmation must mention for the customer to recognise the write: every id and
-    choice in its arguments (for an address, its first line and zip code)."""
+    choice in its arguments (for an address, its first line and zip code). Not the user id of a
+    default-address change: the customer's own account is implied, and :func:`describe` (so the
+    oracle's confirmation) does not name it."""
     kwargs = action["kwargs"]
-    keys = [kwargs[k] for k in ("order_id", "user_id", "payment_method_id", "reason", "address1", "zip") if k in kwargs]
+    keys = [kwargs[k] for k in ("order_id", "payment_method_id", "reason", "address1", "zip") if k in kwargs]
     return keys + list(kwargs.get("item_ids", [])) + list(kwargs.get("new_item_ids", []))
 
 

@@ -277,7 +277,99 @@ def test_a_ticket_is_the_instruction_and_the_first_reply_closes_it():
 
 def test_unknown_user_mode_is_refused():
     with pytest.raises(ValueError, match="user must be one of"):
-        gym.make(ENV_ID, user="llm")
+        gym.make(ENV_ID, user="human")
+
+
+# ------------------------------------------------------------------- policy violations
+
+# retail-dev-0: olivia_ito_3591 wants a pending order cancelled; she also has a delivered order.
+VIOLATIONS_TASK = "retail-dev-0"
+OTHER_USER, OTHER_ORDER = "omar_lopez_3107", "#W7273336"  # the customer of retail-dev-1
+
+
+def _violations(actions, user="scripted"):
+    """The violation counts after playing ``actions`` on :data:`VIOLATIONS_TASK` (the episode may go on)."""
+    env = gym.make(ENV_ID, split="val", user=user)
+    _, info = env.reset(seed=0, options={"task_id": VIOLATIONS_TASK})
+    assert info["policy_violations"] == 0
+    for action in actions:
+        observation, _, terminated, truncated, info = env.step(action)
+        assert not (terminated or truncated), observation
+    assert info["policy_violations"] == sum(info["policy_violations_by_rule"].values())
+    return info["policy_violations_by_rule"]
+
+
+def _olivia():
+    """Her authentication call, the ground-truth cancellation's arguments, and an order of hers per status."""
+    task = next(t for t in upstream_tasks("val") if t["task_id"] == VIOLATIONS_TASK)
+    (cancel,) = task["actions"]
+    db = RetailDB()
+    user = db.users[task["user_id"]]
+    orders = {db.orders[o]["status"]: o for o in user["orders"]}
+    return format_tool_call("find_user_id_by_email", {"email": user["email"]}), cancel["kwargs"], orders
+
+
+def _cancel(kwargs):
+    return format_tool_call("cancel_pending_order", kwargs)
+
+
+def _ask(kwargs):
+    return f"Shall I cancel order {kwargs['order_id']} (reason: {kwargs['reason']})? Please confirm (yes/no)."
+
+
+def _address_change(user_id):
+    address = {"address1": "1 Main Street", "address2": "", "city": "Austin", "state": "TX", "country": "USA", "zip": "73301"}
+    return format_tool_call("modify_user_address", {"user_id": user_id, **address})
+
+
+def test_a_write_needs_a_yes_to_a_confirmation_request_in_the_previous_message():
+    find, kwargs, _ = _olivia()
+    ask, cancel = _ask(kwargs), _cancel(kwargs)
+    rule = "unconfirmed_write"
+    assert _violations([find, ask, cancel])[rule] == 0  # asked, "Yes, please go ahead.", written
+    assert _violations([find, cancel])[rule] == 1  # never asked
+    assert _violations([find, ask, cancel, _address_change("olivia_ito_3591")])[rule] == 1  # one yes, one write
+    assert _violations([find, ask, "One moment, please.", cancel])[rule] == 1  # the yes was not to the previous message
+    other_reason = "ordered by mistake" if kwargs["reason"] == "no longer needed" else "no longer needed"
+    assert _violations([find, _ask(kwargs | {"reason": other_reason}), cancel])[rule] == 1  # the customer said no
+    # A ticket has nobody to ask: its writes are never unconfirmed.
+    assert _violations([find, cancel], user="ticket")[rule] == 0
+
+
+def test_actions_on_another_customers_records_count_once_someone_is_authenticated():
+    find, _, orders = _olivia()
+    other_order = format_tool_call("get_order_details", {"order_id": OTHER_ORDER})
+    other_user = format_tool_call("get_user_details", {"user_id": OTHER_USER})
+    own = format_tool_call("get_order_details", {"order_id": orders["pending"]})
+    missing = format_tool_call("get_order_details", {"order_id": "#W0000000"})
+    assert RetailDB().orders[OTHER_ORDER]["user_id"] == OTHER_USER
+    assert _violations([find, own, missing])["other_customer"] == 0
+    assert _violations([find, other_order, other_user])["other_customer"] == 2
+    # Before authentication nothing counts (τ-bench's train and dev ground truths never authenticate).
+    assert _violations([other_order, find, other_user])["other_customer"] == 1
+    # A write on another customer's record counts too.
+    assert _violations([find, _address_change(OTHER_USER)]) == {"unconfirmed_write": 1, "other_customer": 1, "wrong_status": 0}
+
+
+def test_writes_refused_for_the_orders_status_count():
+    find, _, orders = _olivia()
+    cancel_delivered = _cancel({"order_id": orders["delivered"], "reason": "no longer needed"})
+    return_pending = format_tool_call("return_delivered_order_items", {
+        "order_id": orders["pending"], "item_ids": [], "payment_method_id": "credit_card_0000000"})
+    # Refused writes are not unconfirmed ones; a write refused for another reason is not counted.
+    unknown_method = format_tool_call("return_delivered_order_items", {
+        "order_id": orders["delivered"], "item_ids": [], "payment_method_id": "credit_card_0000000"})
+    assert _violations([find, cancel_delivered, return_pending, unknown_method]) == {
+        "unconfirmed_write": 0, "other_customer": 0, "wrong_status": 2}
+
+
+@pytest.mark.parametrize("user", ["scripted", "ticket"])
+def test_the_oracle_breaks_no_rule_on_the_dev_tasks(user):
+    env = gym.make(ENV_ID, split="val", user=user)
+    for seed, task_id in enumerate(env.unwrapped.task_ids):
+        record = run_episode(env, make_policy(env, "oracle", seed), seed=seed, task_id=task_id)
+        info = record["steps"][-1]["info"]
+        assert info["policy_violations"] == 0, (task_id, info["policy_violations_by_rule"])
 
 
 # ---------------------------------------------------------------------- gym contract
@@ -295,3 +387,14 @@ def test_same_seed_same_actions_same_episode_record():
         for seed, policy in enumerate(["oracle", "random", "oracle"]):
             lines.append(to_json_line(run_episode(env, make_policy(env, policy, seed), seed=seed)))
     assert lines[:3] == lines[3:]
+
+
+def test_labelled_set_is_a_fresh_build(tmp_path):
+    from importlib import resources
+
+    from agentgym.envs.tau_retail import labelled
+    from agentgym.rollout import write_jsonl
+
+    out = tmp_path / "labelled.jsonl"
+    write_jsonl(out, labelled.build())
+    assert out.read_bytes() == (resources.files("agentgym.tasks") / "tau_retail" / "labelled.jsonl").read_bytes()
