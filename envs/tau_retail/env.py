@@ -63,7 +63,7 @@ step limit).
 
 Besides the shared counts: ``policy_violations``, the violations of the written policy so far, and
 ``policy_violations_by_rule`` (``unconfirmed_write``, ``other_customer``, ``wrong_status``; the
-rules are defined in :mod:`agentgym.envs.tau_retail.audit`). With ``user="llm"``:
+rules are defined in :mod:`agentgym.envs.tau_retail.violations`). With ``user="llm"``:
 ``user_errors``, how many customer replies the model failed to give (each replaced by a fixed
 fallback line), and ``user_error``, the latest failure's message (``None`` without one).
 
@@ -103,7 +103,7 @@ from agentgym.env import Message, ToolEnv
 from agentgym.models import GenerationBackend
 from agentgym.parsing import ParsedAction, ToolCall
 from agentgym.verifiers import RewardResult
-from agentgym.envs.tau_retail.audit import PolicyAudit, record_owner
+from agentgym.envs.tau_retail.violations import PolicyViolations, record_owner
 from agentgym.envs.tau_retail.data import RetailDB, read_bundled
 from agentgym.envs.tau_retail.llm_user import LLMCustomer, LLMUser, ResponseCache
 from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, WRITE_TOOLS, RetailTools
@@ -177,14 +177,14 @@ class TauRetailEnv(ToolEnv, RetailTools):
         self.stopped = False
         self.replies: list[str] = []
         self._expected: RetailDB | None = None
-        self.audit = PolicyAudit(dialogue=self.user_mode != "ticket")
+        self.violations = PolicyViolations(dialogue=self.user_mode != "ticket")
         self.user = self.customer.user(task) if self.customer is not None else make_user(self.user_mode, task)
         return [{"role": "system", "content": WIKI}, {"role": "user", "content": self.user.opening()}]
 
     def respond(self, parsed: ParsedAction) -> list[Message]:
         self.replies.append(parsed.content)
         reply = self.user.reply(parsed.content, self._progress())
-        self.audit.message(parsed.content, reply)
+        self.violations.message(parsed.content, reply)
         if reply is None or STOP in reply:
             self.stopped = True
         return [] if reply is None else [{"role": "user", "content": reply}]
@@ -193,18 +193,18 @@ class TauRetailEnv(ToolEnv, RetailTools):
         return self.stopped or self.transferred
 
     def extra_info(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"policy_violations": self.audit.total, "policy_violations_by_rule": dict(self.audit.counts)}
+        info: dict[str, Any] = {"policy_violations": self.violations.total, "policy_violations_by_rule": dict(self.violations.counts)}
         if isinstance(self.user, LLMUser):
             info |= self.user.info()
         return info
 
     def _run_tool(self, call: ToolCall, counts: dict[str, int]) -> Message:
-        # The audit needs every call that ran, with its observation: the base class counts a call
+        # The violation count needs every call that ran, with its observation: the base class counts a call
         # in tool_calls exactly when it passed validation and ran (refusals included).
         ran_before = counts["tool_calls"]
         message = super()._run_tool(call, counts)
         if counts["tool_calls"] > ran_before:
-            self.audit.tool_call(call.name, record_owner(self.db, call.arguments), message["content"])
+            self.violations.tool_call(call.name, record_owner(self.db, call.arguments), message["content"])
         return message
 
     # -------------------------------------------------------------------------- reward

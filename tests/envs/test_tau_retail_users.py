@@ -194,7 +194,7 @@ def test_check_env(tokenizer) -> None:
     check_env(_make(ScriptedBackend(tokenizer)).unwrapped, skip_render_check=True)
 
 
-def test_confirmations_by_the_llm_customer_are_audited(tokenizer) -> None:
+def test_confirmations_by_the_llm_customer_count_for_violations(tokenizer) -> None:
     env = _make(ScriptedBackend(tokenizer, ["Hi.", "Yes, go ahead.", "No, keep it."]))
     task = _task(env)
     (cancel,) = task["actions"]

@@ -39,7 +39,7 @@ from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
 from agentgym.envs.tau_retail.users import asks_confirmation, says_yes
 
-__all__ = ["RULES", "PolicyAudit", "record_owner"]
+__all__ = ["RULES", "PolicyViolations", "record_owner"]
 
 RULES = ("unconfirmed_write", "other_customer", "wrong_status")
 AUTHENTICATION_TOOLS = frozenset({"find_user_id_by_email", "find_user_id_by_name_zip"})
@@ -57,7 +57,7 @@ def record_owner(db: RetailDB, arguments: dict[str, Any]) -> str | None:
     return None
 
 
-class PolicyAudit:
+class PolicyViolations:
     """Follows one episode and counts its violations of :data:`RULES` (see the module docstring).
 
     Args:
