@@ -9,7 +9,6 @@ import argparse
 import dataclasses
 import json
 import sys
-from importlib import resources
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -167,14 +166,10 @@ def _validate_reward(args: argparse.Namespace) -> int:
 
 
 def _audit_tasks(args: argparse.Namespace) -> int:
-    from agentgym.envs.code_exec.audit import MAX_BASELINE_SCORE, audit_tasks
+    from agentgym.envs.code_exec.audit import MAX_BASELINE_SCORE, audit_tasks, bundled_tasks
     from agentgym.envs.code_exec.loaders import load_tasks
 
-    if args.tasks:
-        tasks = load_tasks(args.tasks)
-    else:
-        tasks = [t for split in ("train", "val", "test") for t in load_tasks(resources.files("agentgym.tasks") / "code_exec" / f"{split}.jsonl")]
-    audits = audit_tasks(tasks)
+    audits = audit_tasks(load_tasks(args.tasks) if args.tasks else bundled_tasks())
     failed = [a for a in audits if not a.passed]
     if args.json:
         print(json.dumps([{**dataclasses.asdict(a), "passed": a.passed} for a in audits], indent=1))

@@ -317,16 +317,13 @@ class TokenEpisode:
         The environment always reads the turn, even one that spent the budget (it may end the episode).
         """
         self._expect("step")
+        parsed = parse_action(content, id_prefix=f"call_{len(self.turns) + 1}")  # the ids the environment gives
         try:
             observation, reward, terminated, truncated, info = self.env.step(content)
         except Exception as exc:  # isolated to this episode and recorded (see the module docstring)
             self._fail(f"the environment failed on turn {len(self.turns) + 1}: {type(exc).__name__}: {exc}")
-            self.turns.append({**self._pending, "tool_calls": [], "parse_errors": [], "env_messages": [], "env_message_ids": (),
-                               "reward": 0.0, "terminated": False, "truncated": True, "info": {"error": self.error}})
-            self._pending = {}
-            return None
-        parsed = parse_action(content, id_prefix=f"call_{len(self.turns) + 1}")  # the ids the environment gives
-        record = {
+            observation, reward, terminated, truncated, info = [], 0.0, False, True, {"error": self.error}
+        self.turns.append({
             **self._pending,
             "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in parsed.tool_calls],
             "parse_errors": list(parsed.errors),
@@ -336,9 +333,10 @@ class TokenEpisode:
             "terminated": bool(terminated),
             "truncated": bool(truncated),
             "info": info,
-        }
+        })
         self._pending = {}
-        self.turns.append(record)
+        if self.error is not None:
+            return None
         if terminated or truncated:
             self._end("done" if terminated else "max_turns")
             return None

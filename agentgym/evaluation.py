@@ -29,7 +29,7 @@ from statistics import NormalDist
 from typing import Any
 
 from agentgym.models import GenerationBackend
-from agentgym.rollout import summarize
+from agentgym.rollout import final_info, summarize
 from agentgym.runner import Episode, ProgressFn, RolloutConfig, RolloutRunner, RolloutTiming
 
 __all__ = ["EvalResult", "eval_metrics", "evaluate", "paired_bootstrap", "pass_hat_k", "print_report", "wilson_interval"]
@@ -102,18 +102,14 @@ def paired_bootstrap(
     return float(sums.sum() / counts.sum()), (float(low), float(high))
 
 
-def _final_info(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    return record["steps"][-1]["info"] if record["steps"] else {}
-
-
 def _final_counts(record: Mapping[str, Any]) -> dict[str, int]:
-    info = _final_info(record)
+    info = final_info(record)
     return {key: int(info.get(key, 0)) for key in ("tool_calls", "tool_errors", "format_errors")}
 
 
 def _violation_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     """Mean policy violations per episode, over the episodes whose environment counts them."""
-    infos = [_final_info(e.record) for e in episodes]
+    infos = [final_info(e.record) for e in episodes]
     counts = [info["policy_violations"] for info in infos if "policy_violations" in info]
     return {"policy_violations_per_episode": statistics.fmean(counts)} if counts else {}
 

@@ -81,8 +81,9 @@ def parse_action(action: Any, *, id_prefix: str = "call") -> ParsedAction:
             in a dict action are kept.
     """
     if isinstance(action, str):
-        parsed = _parse_text(scrub_text(action), id_prefix)
-        if UNPAIRED_SURROGATE.search(action):
+        text = scrub_text(action)
+        parsed = _parse_text(text, id_prefix)
+        if text != action:
             return ParsedAction(parsed.content, parsed.tool_calls, (_SURROGATE_ERROR, *parsed.errors))
         return parsed
     if isinstance(action, dict):
@@ -157,8 +158,9 @@ def _parse_message(message: dict[str, Any], id_prefix: str) -> ParsedAction:
     content = message.get("content") or ""
     if not isinstance(content, str):
         return ParsedAction("", (), ("assistant message content must be a string or null",))
-    problems = [_SURROGATE_ERROR] if UNPAIRED_SURROGATE.search(content) else []
-    content = scrub_text(content)
+    scrubbed = scrub_text(content)
+    problems = [_SURROGATE_ERROR] if scrubbed != content else []
+    content = scrubbed
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         return ParsedAction(content.strip(), (), (*problems, "tool_calls must be a list"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import numpy as np
 from agentgym.parsing import UNPAIRED_SURROGATE
 from agentgym.policies import Policy, ReplayPolicy
 
-__all__ = ["assistant_turns", "make_policy", "replay", "rollout", "run_episode", "summarize", "read_jsonl", "write_jsonl", "to_json_line"]
+__all__ = ["assistant_turns", "final_info", "make_policy", "replay", "rollout", "run_episode", "summarize", "read_jsonl", "write_jsonl", "to_json_line"]
 
 
 def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> dict[str, Any]:
@@ -89,7 +89,7 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     if not records:
         raise ValueError("no episodes to summarise")
     turns = sum(r["turns"] for r in records)
-    last_info = [r["steps"][-1]["info"] if r["steps"] else {} for r in records]
+    last_info = [final_info(r) for r in records]
     summary = {
         "episodes": len(records),
         "success_rate": sum(bool(r["success"]) for r in records) / len(records),
@@ -102,6 +102,11 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     if lookups:
         summary["cache_hit_rate"] = sum(i.get("cache_hits", 0) for i in last_info) / lookups
     return summary
+
+
+def final_info(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``info`` of an episode record's last step (the episode's final counts); empty before any step."""
+    return record["steps"][-1]["info"] if record["steps"] else {}
 
 
 def to_json_line(record: dict[str, Any]) -> str:

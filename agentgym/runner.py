@@ -255,6 +255,7 @@ def _plan(config: RolloutConfig, available: Sequence[str]) -> list[_Planned]:
     else:
         order = np.random.default_rng(config.seed).permutation(len(available))
         tasks = [available[int(order[g % len(available)])] for g in range(config.num_tasks)]
+
     def env_seed(group: int, member: int) -> int:
         if config.distinct_env_seeds:
             return int(np.random.SeedSequence([config.seed, group, member]).generate_state(1)[0] >> 1)

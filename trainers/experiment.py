@@ -31,6 +31,7 @@ each role), ``<arm>/seed-<s>/run/`` (the trainer's run folder), ``<arm>/seed-<s>
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -38,7 +39,7 @@ import statistics
 import subprocess
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +49,7 @@ import numpy as np
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
-from agentgym.rollout import read_jsonl, write_jsonl
+from agentgym.rollout import final_info, read_jsonl, write_jsonl
 from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
 from agentgym.trainers.diagnostics import read_metrics, save_plot
 
@@ -350,7 +351,7 @@ def _evaluate(
 
 def _eval_record(episode: Any, *, arm: str, seed: int | None, trial: int, split: str) -> dict[str, Any]:
     record = episode.record
-    final = record["steps"][-1]["info"] if record["steps"] else {}
+    final = final_info(record)
     return {
         "arm": arm,
         "seed": seed,
@@ -383,19 +384,14 @@ class _Timings:
         self.path = path
         self.seconds: dict[str, float] = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
-    def phase(self, name: str) -> Any:
-        import contextlib
-
-        @contextlib.contextmanager
-        def timed() -> Any:
-            started = time.perf_counter()
-            try:
-                yield
-            finally:
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
-                self.path.write_text(json.dumps(self.seconds, indent=1) + "\n", encoding="utf-8")
-
-        return timed()
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+            self.path.write_text(json.dumps(self.seconds, indent=1) + "\n", encoding="utf-8")
 
 
 def _record_config(config: ExperimentConfig, out: Path) -> None:

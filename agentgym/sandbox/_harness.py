@@ -148,7 +148,8 @@ def _say(writer: Any, message: dict[str, Any]) -> None:
     writer.flush()
 
 
-MAX_CLASSES = 16
+MAX_CLASSES = 16  # entries of an exception's "classes", each at most MAX_CLASS_NAME characters
+MAX_CLASS_NAME = 200
 
 
 def _describe(exc: BaseException) -> dict[str, Any]:
@@ -156,7 +157,7 @@ def _describe(exc: BaseException) -> dict[str, Any]:
         text = str(exc)[:500]
     except BaseException:  # noqa: BLE001 - a hostile __str__ still yields a reply
         text = ""
-    classes = [f"{c.__module__}.{c.__qualname__}"[:200] for c in type(exc).__mro__ if issubclass(c, BaseException)]
+    classes = [f"{c.__module__}.{c.__qualname__}"[:MAX_CLASS_NAME] for c in type(exc).__mro__ if issubclass(c, BaseException)]
     return {"raised": type(exc).__name__, "message": text, "classes": classes[:MAX_CLASSES]}
 
 
@@ -169,12 +170,12 @@ def _exception_like(raised: str, message: str, classes: list[str]) -> Exception:
         owner = sys.modules.get(module)  # never imports: only what the test code already loaded
         found = getattr(owner, name, None) if owner is not None and "." not in name else None
         if isinstance(found, type) and issubclass(found, Exception):
-            if module == "builtins" and found.__name__ != raised:
-                return type(raised, (found,), {"__module__": "submission"})(message)  # a stand-in under its builtin base
-            try:
-                return found(message)
-            except Exception:  # noqa: BLE001 - a class that needs other arguments: its stand-in
-                return type(raised, (found,), {"__module__": "submission"})(message)
+            if found.__name__ == raised or module != "builtins":
+                try:
+                    return found(message)
+                except Exception:  # noqa: BLE001 - a class that needs other arguments: its stand-in
+                    pass
+            return type(raised, (found,), {"__module__": "submission"})(message)  # a stand-in under that base
     return CandidateError(f"{raised}: {message}")
 
 

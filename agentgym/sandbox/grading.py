@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from agentgym.sandbox._harness import MAX_CLASSES, encode, same
+from agentgym.sandbox._harness import MAX_CLASS_NAME, MAX_CLASSES, encode, same
 from agentgym.sandbox.backend import Backend, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.sandbox import Sandbox
@@ -280,6 +280,6 @@ def _reply(message: dict[str, Any] | None) -> dict[str, Any] | None:
         return message
     if set(message) == {"raised", "message", "classes"} and isinstance(message["raised"], str) and isinstance(message["message"], str):
         classes = message["classes"]
-        if isinstance(classes, list) and len(classes) <= MAX_CLASSES and all(isinstance(c, str) and len(c) <= 200 for c in classes):
+        if isinstance(classes, list) and len(classes) <= MAX_CLASSES and all(isinstance(c, str) and len(c) <= MAX_CLASS_NAME for c in classes):
             return message
     return None

@@ -21,15 +21,16 @@ and ``majority_visible`` is not measured.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from importlib import resources
 from typing import Any
 
-from agentgym.envs.code_exec.loaders import grading_spec
+from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
+from agentgym.sandbox._harness import canonical
 
-__all__ = ["MAX_BASELINE_SCORE", "TaskAudit", "audit_task", "audit_tasks"]
+__all__ = ["MAX_BASELINE_SCORE", "TaskAudit", "audit_task", "audit_tasks", "bundled_tasks"]
 
 MAX_BASELINE_SCORE = 0.5
 # The constants tried on tasks whose answers live in test code.
@@ -60,10 +61,10 @@ class TaskAudit:
 def audit_task(task: dict[str, Any], *, backend: str = "auto") -> TaskAudit:
     """Score the baselines on one normalised task (see :mod:`agentgym.envs.code_exec.loaders`)."""
     if task["format"] == "function":
-        hidden = [_key(test["expected"]) for test in task["tests"]]
+        hidden = [canonical(test["expected"]) for test in task["tests"]]
         if not hidden:
             raise ValueError(f"task {task['task_id']} has no hidden tests")
-        shown = Counter(_key(example["expected"]) for example in task["examples"])
+        shown = Counter(canonical(example["expected"]) for example in task["examples"])
         majority = shown.most_common(1)[0][0] if shown else None
         return TaskAudit(
             task_id=task["task_id"],
@@ -86,6 +87,10 @@ def audit_tasks(tasks: Sequence[dict[str, Any]], *, backend: str = "auto") -> li
     return [audit_task(task, backend=backend) for task in tasks]
 
 
-def _key(encoded: Any) -> str:
-    # Encoded values compare as their canonical JSON (set items and dict entries are stored sorted).
-    return json.dumps(encoded, sort_keys=True)
+def bundled_tasks() -> list[dict[str, Any]]:
+    """CodeExec-v0's bundled tasks, every split."""
+    tasks = []
+    for split in ("train", "val", "test"):
+        with resources.as_file(resources.files("agentgym.tasks") / "code_exec" / f"{split}.jsonl") as path:
+            tasks += load_tasks(path)
+    return tasks

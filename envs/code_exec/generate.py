@@ -24,7 +24,7 @@ from string import Template
 from typing import Any
 
 from agentgym.envs.code_exec.families import FAMILIES, Family
-from agentgym.sandbox._harness import decode, encode
+from agentgym.sandbox._harness import canonical, decode, encode
 
 SEED = 20251121
 N_VISIBLE = 3
@@ -72,16 +72,17 @@ def _task(family: Family, index: int, params: dict[str, Any], seed: int) -> dict
         return {"args": encode(list(args)), "expected": _canonical(encode(function(*copy.deepcopy(args))))}
 
     seen: set[str] = set()
-    hidden: list[tuple[Any, ...]] = []
+    hidden: list[dict[str, Any]] = []  # the hidden tests
     answers: Counter[str] = Counter()  # hidden tests per expected value
 
     def add_hidden(args: tuple[Any, ...]) -> None:
         # No answer may settle more than MAX_SAME_ANSWER hidden tests: a constant function
         # (or one repeating an example's answer) must not score above that share.
-        answer = json.dumps(case(args)["expected"], sort_keys=True)
+        test = case(args)
+        answer = canonical(test["expected"])
         if answers[answer] < MAX_SAME_ANSWER:
             answers[answer] += 1
-            hidden.append(args)
+            hidden.append(test)
 
     for args in family.edges:
         if repr(args) not in seen:
@@ -113,7 +114,7 @@ def _task(family: Family, index: int, params: dict[str, Any], seed: int) -> dict
         "signature": signature,
         "prompt": prompt_text(signature, statement, shown, family.entry_point),
         "examples": examples,
-        "tests": [case(args) for args in hidden],
+        "tests": hidden,
         "solution": solution,
     }
 

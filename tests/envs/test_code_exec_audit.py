@@ -2,29 +2,24 @@
 answer with more than half its hidden tests, and the audit catches tasks that do."""
 
 import json
-from importlib import resources
 
 import pytest
 
 from agentgym.cli import main
-from agentgym.envs.code_exec.audit import MAX_BASELINE_SCORE, audit_task, audit_tasks
+from agentgym.envs.code_exec.audit import MAX_BASELINE_SCORE, audit_task, audit_tasks, bundled_tasks
 from agentgym.envs.code_exec.loaders import load_tasks
 from agentgym.sandbox import SandboxUnavailable, get_backend
 
 
-def bundled():
-    return [t for split in ("train", "val", "test") for t in load_tasks(resources.files("agentgym.tasks") / "code_exec" / f"{split}.jsonl")]
-
-
 def test_every_bundled_task_rejects_the_trivial_baselines():
-    audits = audit_tasks(bundled())
+    audits = audit_tasks(bundled_tasks())
     assert len(audits) == 310
     assert [a.task_id for a in audits if not a.passed] == []
     assert max(a.constant for a in audits) <= MAX_BASELINE_SCORE and max(a.majority_visible for a in audits) <= MAX_BASELINE_SCORE
 
 
 def test_the_audit_catches_a_gameable_task():
-    task = dict(bundled()[0])
+    task = dict(bundled_tasks()[0])
     task["tests"] = [{"args": t["args"], "expected": True} for t in task["tests"][:7]] + task["tests"][7:]
     task["examples"] = [{"args": e["args"], "expected": True} for e in task["examples"]]
     audit = audit_task(task)
