@@ -13,6 +13,8 @@ by every child) makes these calls fail with ``EPERM``:
   ``chroot``, the new mount API), and ``clone`` with any namespace flag;
 - ``clone3`` fails with ``ENOSYS`` (its flags live in memory a filter cannot read), so C
   libraries fall back to ``clone``, whose flags it can;
+- file locks (``flock`` and ``fcntl`` record locks), ``inotify``, ``fanotify`` and
+  ``mincore``: covert channels between runs through the runtime files they all share;
 - ``socket`` and ``socketpair`` for any family but ``AF_UNIX``, ``AF_INET`` and ``AF_INET6``
   (the network namespace isolates those; ``AF_VSOCK``, ``AF_NETLINK``, ``AF_PACKET`` and the
   others reach the host or the hypervisor), with ``EAFNOSUPPORT``.
@@ -47,7 +49,9 @@ _SYSCALLS = {
         "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
         "mount_setattr": 442, "name_to_handle_at": 303, "open_by_handle_at": 304, "lookup_dcookie": 212,
         "quotactl": 179, "nfsservctl": 180, "iopl": 172, "ioperm": 173, "vhangup": 153, "syslog": 103,
-        "clone": 56, "clone3": 435, "socket": 41, "socketpair": 53,
+        "clone": 56, "clone3": 435, "socket": 41, "socketpair": 53, "flock": 73, "inotify_init": 253,
+        "inotify_init1": 294, "inotify_add_watch": 254, "fanotify_init": 300, "fanotify_mark": 301, "mincore": 27,
+        "fcntl": 72,
     },
     "aarch64": {
         "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "kexec_load": 104, "kexec_file_load": 294,
@@ -59,7 +63,8 @@ _SYSCALLS = {
         "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
         "mount_setattr": 442, "name_to_handle_at": 264, "open_by_handle_at": 265, "lookup_dcookie": 18,
         "quotactl": 60, "nfsservctl": 42, "vhangup": 58, "syslog": 116,
-        "clone": 220, "clone3": 435, "socket": 198, "socketpair": 199,
+        "clone": 220, "clone3": 435, "socket": 198, "socketpair": 199, "flock": 32, "inotify_init1": 26,
+        "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263, "mincore": 232, "fcntl": 25,
     },
 }
 _DENIED = (
@@ -67,8 +72,14 @@ _DENIED = (
     "perf_event_open userfaultfd io_uring_setup io_uring_enter io_uring_register keyctl add_key request_key personality "
     "acct swapon swapoff reboot settimeofday clock_settime clock_adjtime adjtimex unshare setns mount umount2 pivot_root "
     "chroot open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr name_to_handle_at open_by_handle_at "
-    "lookup_dcookie quotactl nfsservctl iopl ioperm vhangup syslog"
+    "lookup_dcookie quotactl nfsservctl iopl ioperm vhangup syslog "
+    # Covert channels through the shared, read-only runtime files (see docs/security.md).
+    "flock inotify_init inotify_init1 inotify_add_watch fanotify_init fanotify_mark mincore"
 ).split()
+# fcntl record locks (F_GETLK, F_SETLK, F_SETLKW and their open-file-description forms): a read
+# lock on a runtime file is visible to every other run. The lock type lives in memory the
+# filter cannot read, so all of them get EPERM (which SQLite reports at once, not as "busy").
+_FCNTL_LOCKS = (5, 6, 7, 36, 37, 38)
 _SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 _CLONE_NAMESPACES = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x02000000  # NEWNS..NEWNET, NEWCGROUP
 
@@ -81,7 +92,7 @@ _RET_K = 0x06
 _RET_ALLOW = 0x7FFF0000
 _RET_KILL_PROCESS = 0x80000000
 _RET_ERRNO = 0x00050000
-_NR, _ARCH_OFFSET, _ARG0_LOW = 0, 4, 16  # offsets in struct seccomp_data
+_NR, _ARCH_OFFSET, _ARG0_LOW, _ARG1_LOW = 0, 4, 16, 24  # offsets in struct seccomp_data
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 
 
@@ -124,6 +135,14 @@ def _program(machine: str) -> list[tuple[int, int, int, int]]:
             (_RET_K, 0, 0, _RET_ALLOW),
             (_LD_W_ABS, 0, 0, _NR),  # not this call: reload the number for the next check
         ]
+    checks = [(_JEQ_K, len(_FCNTL_LOCKS) - i, 0, command) for i, command in enumerate(_FCNTL_LOCKS)]
+    prog += [
+        (_JEQ_K, 0, len(checks) + 3, numbers["fcntl"]),
+        (_LD_W_ABS, 0, 0, _ARG1_LOW),
+        *checks,
+        (_RET_K, 0, 0, _RET_ALLOW),
+        (_RET_K, 0, 0, errno_eperm),
+    ]
     prog.append((_RET_K, 0, 0, _RET_ALLOW))
     return prog
 

@@ -297,11 +297,11 @@ class Server:
             os.kill(run.pid, signal.SIGKILL)
 
     def _op_run(self, message: dict[str, Any], fds: list[int]) -> None:
-        if len(fds) != 4:
+        if len(fds) != 4 + int(message.get("cgroups", 0)):
             for fd in fds:
                 os.close(fd)
             return
-        stdin_fd, stdout_fd, stderr_fd, status_fd = fds
+        stdin_fd, stdout_fd, stderr_fd, status_fd, *cgroup_fds = fds
         run_id = str(message["run"])
         workspace = str(message["workspace"])
         problem = None
@@ -322,8 +322,8 @@ class Server:
             except OSError as exc:
                 problem = f"could not start the sandbox: {exc}"
         if pid == 0:
-            _sandbox(message, stdin_fd, stdout_fd, stderr_fd, report_w)
-        for fd in (stdin_fd, stdout_fd, stderr_fd, report_w):
+            _sandbox(message, stdin_fd, stdout_fd, stderr_fd, report_w, cgroup_fds)
+        for fd in (stdin_fd, stdout_fd, stderr_fd, report_w, *cgroup_fds):
             os.close(fd)
         if problem is not None:
             os.close(report_r)
@@ -354,12 +354,13 @@ class Server:
         self._drop_if_idle(run.workspace)
 
 
-def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: int, report_fd: int) -> NoReturn:
+def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: int, report_fd: int, cgroup_fds: list[int]) -> NoReturn:
     """One run, as pid 1 of its own pid namespace: isolate, drop every privilege, run the request.
 
     Being pid 1 means the kernel kills everything the code started when it exits or is killed.
     Setup failures go to the report pipe as JSON; the code never sees that pipe.
     """
+    _join_cgroups(cgroup_fds, report_fd)
     try:
         os.setsid()
         for target, fd in enumerate((stdin_fd, stdout_fd, stderr_fd, report_fd)):
@@ -394,9 +395,22 @@ def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: 
     bootstrap.execute(request["code"])
 
 
+def _join_cgroups(fds: list[int], report_fd: int) -> None:
+    """Join the workspace's control group(s) before anything is allocated or started; a run that
+    cannot join its limits does not run. The host opened these ``cgroup.procs`` files as root;
+    writing ``0`` moves the writer itself."""
+    try:
+        for fd in fds:
+            os.write(fd, b"0")
+    except OSError as exc:
+        os.write(report_fd, json.dumps({"error": f"sandbox setup failed: joining the control group: {exc}"}).encode() + b"\n")
+        os._exit(bootstrap.SETUP_FAILED)
+
+
 def _private_namespaces(limits: dict[str, Any], workspace: str) -> None:
-    """New mount, network, IPC and UTS namespaces: own /proc, /tmp, /dev/shm and workspace, no network."""
-    linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS)
+    """New mount, network, IPC, UTS and cgroup namespaces: own /proc, /tmp, /dev/shm and workspace, no network."""
+    # A cgroup namespace too: /proc/self/cgroup then shows the workspace's group as "/", not host paths.
+    linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWCGROUP)
     private = linux.MS_NOSUID | linux.MS_NODEV
     linux.mount("proc", "/proc", "proc", private | linux.MS_NOEXEC)
     tmp = f"size={int(limits['workspace_bytes'])},nr_inodes={int(limits['workspace_inodes'])},mode=1777"

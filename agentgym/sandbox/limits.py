@@ -21,6 +21,8 @@ class Limits:
         max_output_bytes: bytes of standard output and of standard error kept; the rest is
             read and dropped, and the result says it was truncated.
         workspace_bytes: size of the workspace and of the private ``/tmp`` (memory-backed).
+        cpus: CPU cores an episode's runs may use together, where control groups are active
+            (see :attr:`episode_memory_bytes` for the memory they cap).
     """
 
     wall_time_s: float = 10.0
@@ -31,6 +33,7 @@ class Limits:
     max_open_files: int = 256
     max_output_bytes: int = 64 << 10
     workspace_bytes: int = 64 << 20
+    cpus: float = 1.0
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -46,6 +49,13 @@ class Limits:
         """Files and folders the workspace and ``/tmp`` may each hold: each costs host kernel
         memory whatever its size, so they are bounded like the bytes."""
         return max(1024, self.workspace_bytes // 4096)
+
+    @property
+    def episode_memory_bytes(self) -> int:
+        """Resident memory all runs of one workspace may hold together where control groups are
+        active: ``memory_bytes``, plus room for the workspace, ``/tmp`` and ``/dev/shm`` files,
+        which are memory-backed and charged to the episode."""
+        return self.memory_bytes + 2 * self.workspace_bytes + (16 << 20)
 
     def to_dict(self) -> dict[str, Any]:
         """The limits as a JSON-ready dict (with ``workspace_inodes``)."""

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from importlib import resources
 from typing import Any
 
+from agentgym.sandbox._cgroups import Cgroups, GroupHandle
 from agentgym.sandbox.backend import Backend, Capture, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.result import ExecResult, SandboxError, SandboxUnavailable
@@ -142,8 +143,16 @@ class LocalBackend(Backend):
         self._ids = itertools.count(1)
         self._dead: str | None = None
         self._closing: collections.deque[str] = collections.deque()
+        self._cgroups = Cgroups()
+        self._groups: dict[str, GroupHandle] = {}
         self._sock, self._proc = _launch()
-        self._finalizer = weakref.finalize(self, _shutdown, self._sock, self._proc)
+        self._finalizer = weakref.finalize(self, _shutdown, self._sock, self._proc, self._cgroups, self._groups)
+
+    @property
+    def cgroup_version(self) -> str | None:
+        """``"v2"`` or ``"v1"`` when each workspace gets a control group (memory, pids, cpu), None when
+        only rlimits are active (no usable cgroup controllers, see docs/security.md)."""
+        return self._cgroups.version
 
     # --------------------------------------------------------------------- Backend API
 
@@ -152,6 +161,13 @@ class LocalBackend(Backend):
         reply = self._call({"op": "open", "workspace": workspace, "bytes": limits.workspace_bytes, "inodes": limits.workspace_inodes})
         if not reply.get("ok"):
             raise SandboxError(f"could not create a workspace: {reply.get('error')}")
+        try:
+            group = self._cgroups.create(workspace, limits)
+        except OSError as exc:
+            self.close_workspace(workspace)
+            raise SandboxError(f"could not create the workspace's control group: {exc}") from None
+        if group is not None:
+            self._groups[workspace] = group
         return workspace
 
     def close_workspace(self, workspace: str) -> None:
@@ -163,6 +179,9 @@ class LocalBackend(Backend):
                 self._flush_closing()
             finally:
                 self._lock.release()
+        group = self._groups.pop(workspace, None)
+        if group is not None:
+            self._cgroups.remove(group)  # removed once the workspace's last run has exited
 
     def start(self, workspace: str, request: bytes, limits: Limits) -> SandboxProcess:
         run_id = f"r{next(self._ids)}"
@@ -170,9 +189,11 @@ class LocalBackend(Backend):
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         status_r, status_w = os.pipe()
-        message = {"op": "run", "run": run_id, "workspace": workspace, "limits": limits.to_dict()}
+        group = self._groups.get(workspace)
+        cgroup_fds = group.procs_fds if group is not None else []
+        message = {"op": "run", "run": run_id, "workspace": workspace, "limits": limits.to_dict(), "cgroups": len(cgroup_fds)}
         try:
-            self._send(message, [stdin_r, out_w, err_w, status_w])
+            self._send(message, [stdin_r, out_w, err_w, status_w, *cgroup_fds])
         except BaseException:
             for fd in (stdin_w, out_r, err_r, status_r):
                 os.close(fd)
@@ -308,7 +329,8 @@ def _stderr_tail(proc: subprocess.Popen[bytes]) -> str:
     return f": {text[-2000:]}" if text else ""
 
 
-def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
+def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgroups | None = None,
+              groups: dict[str, GroupHandle] | None = None) -> None:
     # Closing the socket makes the server exit, which kills every sandbox in its pid namespace.
     sock.close()
     try:
@@ -318,6 +340,10 @@ def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
     if proc.stderr is not None:
         proc.stderr.close()
+    if cgroups is not None:
+        for workspace in list(groups or {}):
+            cgroups.remove(groups.pop(workspace))  # type: ignore[union-attr]
+        cgroups.drain()
 
 
 class LocalProcess(SandboxProcess):

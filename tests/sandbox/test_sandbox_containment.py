@@ -181,6 +181,57 @@ def test_memory_is_capped(sandbox, fast):
     assert "MemoryError" in sandbox.run("x = bytearray(1 << 30)").stderr
 
 
+def _cgroups_or_skip(backend):
+    if backend.cgroup_version is None:
+        pytest.skip("no usable cgroup controllers (memory, pids, cpu) on this machine: rlimits only")
+
+
+def test_an_episodes_memory_is_capped_as_a_whole(local_backend):
+    # Six processes, each well inside its own 128 MiB rlimit, together over the episode's group.
+    _cgroups_or_skip(local_backend)
+    limits = Limits(wall_time_s=10, memory_bytes=128 << 20, workspace_bytes=1 << 20)
+    code = (
+        "import os, time\nkids = []\nfor _ in range(6):\n    pid = os.fork()\n    if pid == 0:\n"
+        "        block = bytearray(40 << 20)\n        for i in range(0, len(block), 4096): block[i] = 1\n"
+        "        time.sleep(1); os._exit(0)\n    kids.append(pid)\n"
+        "print(sum(os.waitpid(k, 0)[1] != 0 for k in kids))"
+    )
+    with Sandbox(local_backend, limits) as box:
+        killed = int(box.run(code).stdout)
+    assert 6 * (40 << 20) > limits.episode_memory_bytes
+    assert killed >= 1
+
+
+def test_an_episodes_cpu_is_capped_as_a_whole(local_backend):
+    _cgroups_or_skip(local_backend)
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("needs two cores to tell one CPU's quota from the machine's")
+    code = (
+        "import os, time\nstart = time.monotonic()\nfor _ in range(2):\n    if os.fork() == 0:\n"
+        "        end = time.monotonic() + 1.5\n        while time.monotonic() < end: pass\n        os._exit(0)\n"
+        "os.wait(); os.wait()\nprint(os.times().children_user / (time.monotonic() - start))"
+    )
+    with Sandbox(local_backend, Limits(wall_time_s=10, cpus=1.0)) as box:
+        cores_used = float(box.run(code).stdout)
+    assert cores_used < 1.3
+
+
+def test_control_groups_are_private_and_removed(local_backend):
+    _cgroups_or_skip(local_backend)
+    with Sandbox(local_backend, Limits(wall_time_s=5)) as box:
+        seen = box.run("print(open('/proc/self/cgroup').read())").stdout
+        folders = [f for base in local_backend._cgroups._bases.values() for f in os.listdir(base) if f.startswith(local_backend._cgroups.prefix)]
+        assert folders  # the episode has its groups while it is open
+    assert all(line.endswith(":/") for line in seen.split()), seen  # no host cgroup path leaks
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(
+        f.startswith(local_backend._cgroups.prefix) for base in local_backend._cgroups._bases.values() for f in os.listdir(base)
+    ):
+        local_backend._cgroups.sweep()
+        time.sleep(0.05)
+    assert not [f for base in local_backend._cgroups._bases.values() for f in os.listdir(base) if f.startswith(local_backend._cgroups.prefix)]
+
+
 def test_fork_bomb_hits_the_process_limit_and_leaves_nothing(sandbox):
     code = (
         "import os, time\nn = 0\ntry:\n"
@@ -288,6 +339,28 @@ def test_kernel_facilities_are_refused(sandbox):
     lines = result.stdout.splitlines()
     assert lines[:8] == ["-1 1"] * 8, result  # EPERM
     assert lines[8:] == ["fork ok", "1"]  # processes still start (clone without namespace flags)
+
+
+def test_covert_channels_through_runtime_files_are_closed(local_backend, fast):
+    # The runtime's files are the same inodes for every run: a lock, a watch or a page-cache
+    # probe on one would carry bits from one run to another.
+    code = (
+        "import ctypes, errno, fcntl, os, struct\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "f = open(os.__file__, 'rb')\n"
+        "def attempt(call):\n    try:\n        call()\n        return 'allowed'\n"
+        "    except OSError as exc:\n        return errno.errorcode[exc.errno]\n"
+        "print(attempt(lambda: fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)))\n"
+        "print(attempt(lambda: fcntl.lockf(f, fcntl.LOCK_SH | fcntl.LOCK_NB)))\n"
+        "print(attempt(lambda: fcntl.fcntl(f, fcntl.F_GETLK, struct.pack('hhqqi', fcntl.F_WRLCK, 0, 0, 0, 0))))\n"
+        "print(attempt(lambda: fcntl.fcntl(f, 37, bytes(32))))\n"  # F_OFD_SETLK
+        "print(libc.inotify_init1(0), errno.errorcode[ctypes.get_errno()])\n"
+        "print(libc.mincore(ctypes.c_void_p(0), 4096, ctypes.create_string_buffer(1)), errno.errorcode[ctypes.get_errno()])\n"  # ENOMEM unfiltered
+        "print(fcntl.fcntl(f, fcntl.F_GETFD) >= 0)\n"  # other fcntl commands still work
+        "import sqlite3\nprint(sqlite3.connect(':memory:').execute('select 1').fetchone())"
+    )
+    with Sandbox(local_backend, fast) as box:
+        result = box.run(code)
+    assert result.stdout.splitlines() == ["EPERM"] * 4 + ["-1 EPERM"] * 2 + ["True", "(1,)"], result
 
 
 def test_tmp_and_shm_have_inode_limits(sandbox):
