@@ -3,6 +3,7 @@ is answered with an error observation, and the observation always fits the space
 
 import json
 import time
+from collections import Counter
 
 import gymnasium as gym
 import pytest
@@ -72,22 +73,35 @@ def envs():
         env.close()
 
 
-# Per environment: 1,500 episodes of up to 8 turns (many end early, on a random answer call).
+# Per environment: at least 10,000 actions stepped, in episodes of up to 12 turns (many end
+# early, on a random answer call); the count is checked when the module's fixtures close.
+ACTIONS_PER_ENV = 10_000
 STEP_SECONDS_MAX = 10.0  # a generous bound: what matters is that no input hangs a step
 
 
+@pytest.fixture(scope="module")
+def stepped():
+    """Actions stepped per environment; every environment fuzzed in full took ``ACTIONS_PER_ENV``."""
+    counts: Counter[str] = Counter()
+    yield counts
+    short = {env_id: n for env_id, n in counts.items() if n < ACTIONS_PER_ENV}
+    assert not short, f"fewer than {ACTIONS_PER_ENV:,} fuzzed actions: {short}"
+
+
 @pytest.mark.parametrize("fuzzed", sorted(ENVIRONMENTS))
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(actions=st.lists(_action, min_size=1, max_size=8), seed=st.integers(0, 50))
-def test_malformed_actions_never_raise(envs, fuzzed, actions, seed):
-    check_actions(envs[fuzzed], actions, seed)
+@settings(max_examples=1750, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(actions=st.lists(_action, min_size=4, max_size=12), seed=st.integers(0, 50))
+def test_malformed_actions_never_raise(envs, stepped, fuzzed, actions, seed):
+    stepped[fuzzed] += check_actions(envs[fuzzed], actions, seed)
 
 
-def check_actions(env, actions, seed):
+def check_actions(env, actions, seed) -> int:
     """Step ``env`` through ``actions``: nothing raises or hangs, every malformed call gets an error
-    observation, and everything that comes out encodes as UTF-8 text and JSON."""
+    observation, and everything that comes out encodes as UTF-8 text and JSON. Returns the steps taken."""
     env.reset(seed=seed)
+    steps = 0
     for action in actions:
+        steps += 1
         started = time.monotonic()
         observation, reward, terminated, truncated, info = env.step(action)
         assert time.monotonic() - started < STEP_SECONDS_MAX
@@ -106,3 +120,4 @@ def check_actions(env, actions, seed):
             json.dumps(message, ensure_ascii=False).encode("utf-8")
         if terminated or truncated:
             break
+    return steps
