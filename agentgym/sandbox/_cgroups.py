@@ -2,7 +2,7 @@
 
 Resource limits (rlimits) bound each process of a run; a control group bounds everything an
 episode's runs do together: resident memory (with its tmpfs files), processes and CPU time. The
-host (root) creates the group when a workspace opens and removes it when the workspace closes;
+host (root) gives each workspace a group when it opens and takes it back when it closes;
 each run joins it first thing, through a descriptor of the group's ``cgroup.procs`` that the host
 opened and passed with the run's pipes, so the fork server itself never sees ``/sys/fs/cgroup``.
 
@@ -13,6 +13,7 @@ mounted as v1 hierarchies; otherwise none (rlimits only). :attr:`Cgroups.version
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -28,18 +29,27 @@ SHM_BYTES = 16 << 20  # the run's /dev/shm (see _zygote._private_namespaces)
 
 @dataclass
 class GroupHandle:
-    """The control group(s) of one workspace: folders to remove and ``cgroup.procs`` descriptors."""
+    """The control group(s) of one workspace: one folder per hierarchy and its ``cgroup.procs`` descriptor."""
 
     folders: list[str]
     procs_fds: list[int]
 
 
 class Cgroups:
-    """Creates and removes per-workspace control groups under the host process's own group."""
+    """Per-workspace control groups under the host process's own group.
 
-    def __init__(self, prefix: str | None = None) -> None:
+    Creating a memory group costs the kernel far more than a run does, so groups whose workspace
+    closed are kept (up to ``pool_size``) and handed to the next workspace once their last
+    process has exited, with that workspace's limits written again. A workspace's files are
+    gone by then (its tmpfs is unmounted), so nothing of the previous episode stays charged.
+    """
+
+    def __init__(self, prefix: str | None = None, pool_size: int = 64) -> None:
         self.prefix = prefix or f"agentgym-{os.getpid()}"
+        self.pool_size = pool_size
         self.version, self._bases = _detect()
+        self._names = itertools.count(1)
+        self._idle: list[GroupHandle] = []
         # Groups left by a host process that was killed before it could remove them.
         self._stale: list[str] = [
             os.path.join(base, name)
@@ -53,37 +63,40 @@ class Cgroups:
         """Whether workspaces get control groups (False: rlimits only)."""
         return self.version is not None
 
-    def create(self, workspace: str, limits: Limits) -> GroupHandle | None:
-        """A fresh group for ``workspace`` with ``limits``' totals; None when cgroups are inactive or refuse."""
+    def create(self, limits: Limits) -> GroupHandle | None:
+        """A group with ``limits``' totals and no process in it; None when cgroups are inactive."""
         if not self.active:
             return None
         self.sweep()
-        folders: list[str] = []
-        fds: list[int] = []
+        handle = self._take_idle() or self._make()
         try:
-            for controller, base in self._bases.items():
-                folder = os.path.join(base, f"{self.prefix}-{workspace}")
-                os.mkdir(folder, 0o700)
-                folders.append(folder)
+            for folder, controller in zip(handle.folders, self._bases, strict=True):
                 for name, value in _settings(self.version, controller, limits):
                     _write(os.path.join(folder, name), value)
-                fds.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
-            self.remove(GroupHandle(folders, fds))
+            self._discard(handle)
             raise
-        return GroupHandle(folders, fds)
+        return handle
 
-    def remove(self, handle: GroupHandle) -> None:
-        """Close the descriptors and remove the folders (later, if processes are still leaving)."""
-        for fd in handle.procs_fds:
-            os.close(fd)
-        handle.procs_fds.clear()
-        self._stale.extend(handle.folders)
-        handle.folders.clear()
+    def release(self, handle: GroupHandle) -> None:
+        """The workspace of ``handle`` closed: keep the group for another one, or remove it."""
+        if len(self._idle) < self.pool_size:
+            self._idle.append(handle)
+        else:
+            self._discard(handle)
+
+    def close(self, timeout: float = 2.0) -> None:
+        """Remove every group (after the fork server has exited), waiting for their last processes."""
+        while self._idle:
+            self._discard(self._idle.pop())
+        deadline = time.monotonic() + timeout
         self.sweep()
+        while self._stale and time.monotonic() < deadline:
+            time.sleep(0.01)
+            self.sweep()
 
     def sweep(self) -> None:
-        """Remove the folders of closed workspaces whose last process has exited."""
+        """Remove the folders of discarded groups whose last process has exited."""
         left = []
         for folder in self._stale:
             try:
@@ -94,13 +107,40 @@ class Cgroups:
                 left.append(folder)  # busy: its last processes are still being reaped
         self._stale = left
 
-    def drain(self, timeout: float = 2.0) -> None:
-        """Sweep until every closed workspace's group is gone (after the fork server has exited)."""
-        deadline = time.monotonic() + timeout
+    def _make(self) -> GroupHandle:
+        handle = GroupHandle([], [])
+        name = f"{self.prefix}-{next(self._names)}"
+        try:
+            for base in self._bases.values():
+                folder = os.path.join(base, name)
+                os.mkdir(folder, 0o700)
+                handle.folders.append(folder)
+                handle.procs_fds.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            self._discard(handle)
+            raise
+        return handle
+
+    def _take_idle(self) -> GroupHandle | None:
+        for index, handle in enumerate(self._idle):
+            if _empty(handle.folders[0]):
+                return self._idle.pop(index)
+        return None
+
+    def _discard(self, handle: GroupHandle) -> None:
+        for fd in handle.procs_fds:
+            os.close(fd)
+        self._stale.extend(handle.folders)
         self.sweep()
-        while self._stale and time.monotonic() < deadline:
-            time.sleep(0.01)
-            self.sweep()
+
+
+def _empty(folder: str) -> bool:
+    """Whether no process is left in the group at ``folder``."""
+    try:
+        with open(os.path.join(folder, "cgroup.procs"), "rb") as handle:
+            return not handle.read(1)
+    except OSError:
+        return False
 
 
 def _alive(pid: str) -> bool:

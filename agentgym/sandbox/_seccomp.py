@@ -30,7 +30,7 @@ import errno
 import platform
 import struct
 
-__all__ = ["install", "supported"]
+__all__ = ["compile_filter", "install", "supported"]
 
 # Audit architecture of the native 64-bit ABI, and its system call numbers.
 _ARCH = {
@@ -147,21 +147,32 @@ def _program(machine: str) -> list[tuple[int, int, int, int]]:
     return prog
 
 
-def install() -> None:
-    """Install the filter on the calling thread (needs ``PR_SET_NO_NEW_PRIVS`` set first)."""
+class _Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+_compiled: tuple[_Fprog, ctypes.Array[ctypes.c_char], ctypes.CDLL] | None = None
+
+
+def compile_filter() -> None:
+    """Build the filter once (the fork server does this before it forks any run, so runs only install it)."""
+    global _compiled
     machine = platform.machine()
     if machine not in _ARCH:
         raise OSError(errno.ENOSYS, f"no seccomp filter for {machine}")
     prog = _program(machine)
-    blob = b"".join(struct.pack("HBBI", *instruction) for instruction in prog)
-    filters = ctypes.create_string_buffer(blob)
-
-    class _Fprog(ctypes.Structure):
-        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-    fprog = _Fprog(len(prog), ctypes.addressof(filters))
+    filters = ctypes.create_string_buffer(b"".join(struct.pack("HBBI", *instruction) for instruction in prog))
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p, ctypes.c_ulong, ctypes.c_ulong]
+    _compiled = (_Fprog(len(prog), ctypes.addressof(filters)), filters, libc)
+
+
+def install() -> None:
+    """Install the filter on the calling thread (needs ``PR_SET_NO_NEW_PRIVS`` set first)."""
+    if _compiled is None:
+        compile_filter()
+    assert _compiled is not None
+    fprog, _, libc = _compiled
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         code = ctypes.get_errno()
         raise OSError(code, f"seccomp filter: {__import__('os').strerror(code)}")

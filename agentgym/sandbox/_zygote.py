@@ -59,6 +59,8 @@ def _load_sibling(name: str) -> ModuleType:
 linux = _load_sibling("_linux")
 bootstrap = _load_sibling("_bootstrap")
 seccomp = _load_sibling("_seccomp")
+# The grading programs, compiled once here rather than in every grading run (see grading._program).
+_load_sibling("_harness")
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -214,6 +216,8 @@ class Server:
 
     def serve(self) -> NoReturn:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        if seccomp.supported():
+            seccomp.compile_filter()  # once, here: every run inherits it and only installs it
         linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
         linux.mount("agentgym-workspaces", WORKSPACES, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=64k,mode=0700")
         self.pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
@@ -450,6 +454,9 @@ def _set_limits(limits: dict[str, Any]) -> None:
         resource.setrlimit(which, value if isinstance(value, tuple) else (value, value))
 
 
+_LIBC = ctypes.CDLL(None, use_errno=True)  # loaded once by the server, not by every run
+
+
 class _CapHeader(ctypes.Structure):
     _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
 
@@ -463,8 +470,7 @@ def _drop_capabilities() -> None:
     # so clear all three sets explicitly.
     header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
     data = (_CapData * 2)()
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.capset(ctypes.byref(header), data) != 0:
+    if _LIBC.capset(ctypes.byref(header), data) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"capset: {os.strerror(errno)}")
 

@@ -23,6 +23,7 @@ the hidden inputs it receives.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -145,19 +146,21 @@ class Grader:
             return Grade(0.0, 0, total, False, GRADING_FAILED, {"error": f"{type(exc).__name__}: {exc}"})
 
     def _grade(self, code: str, tests: TestSpec, total: int) -> Grade:
-        with Sandbox(self.backend, self.limits) as box:
+        with contextlib.ExitStack() as stack:
+            box = stack.enter_context(Sandbox(self.backend, self.limits))
             process = box.start(_program("serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
+            stack.callback(process.kill)
             submission = _Submission(process, time.monotonic() + self.limits.wall_time_s + 1.0)
+            # The test driver starts while the submission loads: the two start-ups overlap.
+            driver = None if isinstance(tests, FunctionTests) else self._start_driver(stack, tests)
             passed, notes = 0, []
-            try:
-                ready = submission.message()
-                loaded = bool(ready and ready.get("ready") is True)
-                if loaded and isinstance(tests, FunctionTests):
-                    passed, notes = _run_cases(submission, tests)
-                elif loaded:
-                    passed, total, notes = self._run_driver(submission, tests, total)
-            finally:
-                process.kill()
+            ready = submission.message()
+            loaded = bool(ready and ready.get("ready") is True)
+            if loaded and isinstance(tests, FunctionTests):
+                passed, notes = _run_cases(submission, tests)
+            elif loaded and driver is not None:
+                passed, total, notes = _run_driver(submission, driver, total, time.monotonic() + self.limits.wall_time_s + 1.0)
+            process.kill()
             stderr = process.wait().stderr[-2000:]
         if not loaded:
             raised = ready.get("raised") if ready else None
@@ -171,33 +174,37 @@ class Grader:
         reason = f"{passed} of {total} hidden tests passed"
         return Grade(passed / total if total else 0.0, passed, total, False, reason, {"notes": notes, "stderr_tail": stderr})
 
-    def _run_driver(self, submission: _Submission, tests: CheckTests | AssertTests, total: int) -> tuple[int, int, list[str]]:
+    def _start_driver(self, stack: contextlib.ExitStack, tests: CheckTests | AssertTests) -> SandboxProcess:
+        """Start the test driver in a sandbox of its own; ``stack`` stops it and removes the sandbox."""
         if isinstance(tests, CheckTests):
             spec = {"kind": "check", "prompt": tests.prompt, "test": tests.test, "entry_point": tests.entry_point}
         else:
             spec = {"kind": "asserts", "asserts": list(tests.asserts), "names": list(tests.names), "setup": tests.setup, "reference": tests.reference}
-        with Sandbox(self.backend, self.limits) as box:
-            driver = box.start(_program("drive", spec), isolated=True)
-            deadline = time.monotonic() + self.limits.wall_time_s + 1.0
-            try:
-                while True:
-                    message = _message(driver, deadline)
-                    if message is None:
-                        return 0, total, ["the test driver stopped (too slow, or broken test code)"]
-                    if message.get("done") is True:
-                        passed, count = message.get("passed"), message.get("total")
-                        if type(passed) is not int or type(count) is not int or not 0 <= passed <= count:
-                            return 0, total, ["malformed verdict from the test driver"]
-                        return passed, count, [str(n) for n in message.get("failures", [])][:5]
-                    reply = submission.ask(message) if isinstance(message.get("call"), str) else None
-                    if reply is None:
-                        reply = {"raised": "SubmissionStopped", "message": "the submission crashed, exited or timed out", "classes": []}
-                    driver.send(_line(reply), timeout=max(0.0, deadline - time.monotonic()))
-            except TimeoutError:
-                return 0, total, ["the test driver stopped reading (timed out)"]
-            finally:
-                driver.kill()
-                driver.wait()
+        box = stack.enter_context(Sandbox(self.backend, self.limits))
+        driver = box.start(_program("drive", spec), isolated=True)
+        stack.callback(driver.wait)
+        stack.callback(driver.kill)
+        return driver
+
+
+def _run_driver(submission: _Submission, driver: SandboxProcess, total: int, deadline: float) -> tuple[int, int, list[str]]:
+    """Relay the driver's calls to the submission until its verdict: (passed, total, notes)."""
+    try:
+        while True:
+            message = _message(driver, deadline)
+            if message is None:
+                return 0, total, ["the test driver stopped (too slow, or broken test code)"]
+            if message.get("done") is True:
+                passed, count = message.get("passed"), message.get("total")
+                if type(passed) is not int or type(count) is not int or not 0 <= passed <= count:
+                    return 0, total, ["malformed verdict from the test driver"]
+                return passed, count, [str(n) for n in message.get("failures", [])][:5]
+            reply = submission.ask(message) if isinstance(message.get("call"), str) else None
+            if reply is None:
+                reply = {"raised": "SubmissionStopped", "message": "the submission crashed, exited or timed out", "classes": []}
+            driver.send(_line(reply), timeout=max(0.0, deadline - time.monotonic()))
+    except TimeoutError:
+        return 0, total, ["the test driver stopped reading (timed out)"]
 
 
 class _Submission:
@@ -248,9 +255,19 @@ def _run_cases(submission: _Submission, tests: FunctionTests) -> tuple[int, list
     return passed, notes
 
 
+# The local backend's fork server has the harness loaded already (under this name), so a run
+# skips compiling it; other backends start a fresh interpreter and compile the shipped source.
+_HARNESS_MODULE = "agentgym_sandbox__harness"
+
+
 def _program(role: str, *args: Any) -> str:
-    # repr() of str/list/dict/int/bool is a valid Python literal; the harness is the whole program.
-    return f"{_HARNESS}\n{role}(*{args!r})\n"
+    # repr() of str/list/dict/int/bool is a valid Python literal.
+    return (
+        f"import sys, types\nharness = sys.modules.get({_HARNESS_MODULE!r})\n"
+        f"if harness is None:\n    harness = types.ModuleType({_HARNESS_MODULE!r})\n"
+        f"    sys.modules[harness.__name__] = harness\n    exec(compile({_HARNESS!r}, 'harness', 'exec'), harness.__dict__)\n"
+        f"harness.{role}(*{args!r})\n"
+    )
 
 
 def _line(message: dict[str, Any]) -> bytes:

@@ -162,7 +162,7 @@ class LocalBackend(Backend):
         if not reply.get("ok"):
             raise SandboxError(f"could not create a workspace: {reply.get('error')}")
         try:
-            group = self._cgroups.create(workspace, limits)
+            group = self._cgroups.create(limits)
         except OSError as exc:
             self.close_workspace(workspace)
             raise SandboxError(f"could not create the workspace's control group: {exc}") from None
@@ -181,7 +181,7 @@ class LocalBackend(Backend):
                 self._lock.release()
         group = self._groups.pop(workspace, None)
         if group is not None:
-            self._cgroups.remove(group)  # removed once the workspace's last run has exited
+            self._cgroups.release(group)  # reused once the workspace's last run has exited
 
     def start(self, workspace: str, request: bytes, limits: Limits) -> SandboxProcess:
         run_id = f"r{next(self._ids)}"
@@ -342,8 +342,8 @@ def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgrou
         proc.stderr.close()
     if cgroups is not None:
         for workspace in list(groups or {}):
-            cgroups.remove(groups.pop(workspace))  # type: ignore[union-attr]
-        cgroups.drain()
+            cgroups.release(groups.pop(workspace))  # type: ignore[union-attr]
+        cgroups.close()
 
 
 class LocalProcess(SandboxProcess):

@@ -9,7 +9,7 @@ import pytest
 
 import agentgym
 from agentgym.sandbox import Limits, Sandbox
-from agentgym.sandbox.local import UID_BASE, runtime_view
+from agentgym.sandbox.local import UID_BASE, LocalBackend, runtime_view
 
 SANDBOX_KUID = UID_BASE + 1000  # the host uid of every sandboxed process
 
@@ -216,20 +216,23 @@ def test_an_episodes_cpu_is_capped_as_a_whole(local_backend):
     assert cores_used < 1.3
 
 
-def test_control_groups_are_private_and_removed(local_backend):
+def test_control_groups_are_private_reused_and_removed(local_backend):
     _cgroups_or_skip(local_backend)
-    with Sandbox(local_backend, Limits(wall_time_s=5)) as box:
+    backend = LocalBackend()  # its own, to see its groups go when it closes
+
+    def groups():
+        return sorted(f for base in backend._cgroups._bases.values() for f in os.listdir(base) if f.startswith(backend._cgroups.prefix))
+
+    with Sandbox(backend, Limits(wall_time_s=5)) as box:
         seen = box.run("print(open('/proc/self/cgroup').read())").stdout
-        folders = [f for base in local_backend._cgroups._bases.values() for f in os.listdir(base) if f.startswith(local_backend._cgroups.prefix)]
-        assert folders  # the episode has its groups while it is open
+        first = groups()
+    assert first  # one group per hierarchy while the episode is open
     assert all(line.endswith(":/") for line in seen.split()), seen  # no host cgroup path leaks
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(
-        f.startswith(local_backend._cgroups.prefix) for base in local_backend._cgroups._bases.values() for f in os.listdir(base)
-    ):
-        local_backend._cgroups.sweep()
-        time.sleep(0.05)
-    assert not [f for base in local_backend._cgroups._bases.values() for f in os.listdir(base) if f.startswith(local_backend._cgroups.prefix)]
+    with Sandbox(backend, Limits(wall_time_s=5, memory_bytes=512 << 20)) as box:
+        box.run("pass")
+        assert groups() == first  # the idle group was handed to the next episode, with its limits
+    backend.close()
+    assert groups() == []
 
 
 def test_fork_bomb_hits_the_process_limit_and_leaves_nothing(sandbox):
