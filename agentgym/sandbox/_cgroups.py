@@ -45,7 +45,7 @@ class Cgroups:
     """
 
     def __init__(self, prefix: str | None = None, pool_size: int = 64) -> None:
-        self.prefix = prefix or f"agentgym-{os.getpid()}"
+        self.prefix = prefix or f"agentgym-{os.getpid()}-{next(_instances)}"
         self.pool_size = pool_size
         self.version, self._bases = _detect()
         self._names = itertools.count(1)
@@ -73,6 +73,7 @@ class Cgroups:
             for folder, controller in zip(handle.folders, self._bases, strict=True):
                 for name, value in _settings(self.version, controller, limits):
                     _write(os.path.join(folder, name), value)
+                handle.procs_fds.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
             self._discard(handle)
             raise
@@ -80,6 +81,9 @@ class Cgroups:
 
     def release(self, handle: GroupHandle) -> None:
         """The workspace of ``handle`` closed: keep the group for another one, or remove it."""
+        for fd in handle.procs_fds:  # an idle group holds no descriptor
+            os.close(fd)
+        handle.procs_fds.clear()
         if len(self._idle) < self.pool_size:
             self._idle.append(handle)
         else:
@@ -115,7 +119,6 @@ class Cgroups:
                 folder = os.path.join(base, name)
                 os.mkdir(folder, 0o700)
                 handle.folders.append(folder)
-                handle.procs_fds.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
             self._discard(handle)
             raise
@@ -130,8 +133,12 @@ class Cgroups:
     def _discard(self, handle: GroupHandle) -> None:
         for fd in handle.procs_fds:
             os.close(fd)
+        handle.procs_fds.clear()
         self._stale.extend(handle.folders)
         self.sweep()
+
+
+_instances = itertools.count(1)  # several backends in one process each get their own names
 
 
 def _empty(folder: str) -> bool:

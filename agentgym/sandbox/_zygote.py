@@ -11,7 +11,8 @@ Process tree (host pids on the left)::
 
     launcher (host root) builds the mount view, enters a user namespace, forks:
       server (pid 1 of its own pid namespace; root of that user namespace only), forks per run:
-        run  (pid 1 of a new pid namespace; new mount/net/ipc/uts namespaces; then uid 1000 in a
+        run  (pid 1 of a new pid namespace; new mount and cgroup namespaces; its episode's
+              network, IPC and UTS namespaces, made when the workspace opened; then uid 1000 in a
               user namespace of its own, no capabilities, rlimits) runs the request in-process
 
 A run is pid 1 of its pid namespace, so when it exits or is killed the kernel kills everything
@@ -44,6 +45,10 @@ SANDBOX_UID = 1000  # the uid code runs as, inside its own user namespace
 WORKSPACES = "/.ws"  # where the server mounts episode workspaces (hidden from runs)
 DEVICES = ("null", "zero", "full", "random", "urandom")
 MAX_MESSAGE = 1 << 16
+# Namespaces one episode's runs share (made when its workspace opens): they hold nothing a run
+# could not already pass to another run of the same episode through the shared workspace, and
+# a network namespace costs more to make and destroy than the rest of a run's isolation.
+EPISODE_NAMESPACES = {"net": 0x40000000, "ipc": 0x08000000, "uts": 0x04000000}
 
 
 def _load_sibling(name: str) -> ModuleType:
@@ -221,6 +226,10 @@ class Server:
         linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
         linux.mount("agentgym-workspaces", WORKSPACES, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=64k,mode=0700")
         self.pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+        # Namespaces of our own user namespace to return to after making an episode's (the host's
+        # would refuse us), and none of the host's network for the server either.
+        linux.unshare(sum(EPISODE_NAMESPACES.values()))
+        self.own_namespaces = {kind: os.open(f"/proc/self/ns/{kind}", os.O_RDONLY) for kind in EPISODE_NAMESPACES}
         self.poller = select.poll()
         self.poller.register(self.control, select.POLLIN)
         send(self.control, {"event": "ready"})
@@ -271,11 +280,22 @@ class Server:
             os.mkdir(path, 0o700)
             options = f"size={int(message['bytes'])},nr_inodes={int(message['inodes'])},mode=0755,uid={SANDBOX_UID},gid={SANDBOX_UID}"
             linux.mount("agentgym-workspace", path, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, options)
+            namespaces = self._episode_namespaces()
         except (OSError, ValueError) as exc:
             send(self.control, {"ok": False, "error": str(exc)})
             return
-        self.workspaces[name] = {"runs": 0, "closing": False}
+        self.workspaces[name] = {"runs": 0, "closing": False, "namespaces": namespaces}
         send(self.control, {"ok": True})
+
+    def _episode_namespaces(self) -> dict[str, int]:
+        """New network (no interface up), IPC and UTS namespaces for one episode, held by descriptors."""
+        linux.unshare(sum(EPISODE_NAMESPACES.values()))
+        try:
+            linux.sethostname("sandbox")
+            return {kind: os.open(f"/proc/self/ns/{kind}", os.O_RDONLY) for kind in EPISODE_NAMESPACES}
+        finally:
+            for kind, flag in EPISODE_NAMESPACES.items():
+                linux.setns(self.own_namespaces[kind], flag)
 
     def _op_close(self, message: dict[str, Any], fds: list[int]) -> None:
         name = str(message["workspace"])
@@ -290,6 +310,8 @@ class Server:
             path = f"{WORKSPACES}/{name}"
             linux.umount(path, linux.MNT_DETACH)
             os.rmdir(path)
+            for fd in workspace["namespaces"].values():
+                os.close(fd)
             del self.workspaces[name]
 
     # ----------------------------------------------------------------------------- runs
@@ -326,7 +348,7 @@ class Server:
             except OSError as exc:
                 problem = f"could not start the sandbox: {exc}"
         if pid == 0:
-            _sandbox(message, stdin_fd, stdout_fd, stderr_fd, report_w, cgroup_fds)
+            _sandbox(message, stdin_fd, stdout_fd, stderr_fd, report_w, cgroup_fds, self.workspaces[workspace]["namespaces"])
         for fd in (stdin_fd, stdout_fd, stderr_fd, report_w, *cgroup_fds):
             os.close(fd)
         if problem is not None:
@@ -358,7 +380,9 @@ class Server:
         self._drop_if_idle(run.workspace)
 
 
-def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: int, report_fd: int, cgroup_fds: list[int]) -> NoReturn:
+def _sandbox(
+    message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: int, report_fd: int, cgroup_fds: list[int], namespaces: dict[str, int]
+) -> NoReturn:
     """One run, as pid 1 of its own pid namespace: isolate, drop every privilege, run the request.
 
     Being pid 1 means the kernel kills everything the code started when it exits or is killed.
@@ -366,6 +390,8 @@ def _sandbox(message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: 
     """
     _join_cgroups(cgroup_fds, report_fd)
     try:
+        for kind, fd in namespaces.items():  # the episode's network, IPC and UTS namespaces
+            linux.setns(fd, EPISODE_NAMESPACES[kind])
         os.setsid()
         for target, fd in enumerate((stdin_fd, stdout_fd, stderr_fd, report_fd)):
             os.dup2(fd, target)
@@ -412,9 +438,9 @@ def _join_cgroups(fds: list[int], report_fd: int) -> None:
 
 
 def _private_namespaces(limits: dict[str, Any], workspace: str) -> None:
-    """New mount, network, IPC, UTS and cgroup namespaces: own /proc, /tmp, /dev/shm and workspace, no network."""
+    """New mount and cgroup namespaces: own /proc, /tmp, /dev/shm and workspace, no network."""
     # A cgroup namespace too: /proc/self/cgroup then shows the workspace's group as "/", not host paths.
-    linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWCGROUP)
+    linux.unshare(linux.CLONE_NEWNS | linux.CLONE_NEWCGROUP)
     private = linux.MS_NOSUID | linux.MS_NODEV
     linux.mount("proc", "/proc", "proc", private | linux.MS_NOEXEC)
     tmp = f"size={int(limits['workspace_bytes'])},nr_inodes={int(limits['workspace_inodes'])},mode=1777"
@@ -422,7 +448,6 @@ def _private_namespaces(limits: dict[str, Any], workspace: str) -> None:
     linux.mount("agentgym-shm", "/dev/shm", "tmpfs", private | linux.MS_NOEXEC, "size=16m,nr_inodes=1024,mode=1777")
     linux.mount(f"{WORKSPACES}/{workspace}", "/workspace", None, linux.MS_BIND)
     linux.umount(WORKSPACES, linux.MNT_DETACH)  # other episodes' workspaces disappear
-    linux.sethostname("sandbox")
 
 
 def _own_user_namespace() -> None:

@@ -366,6 +366,26 @@ def test_covert_channels_through_runtime_files_are_closed(local_backend, fast):
     assert result.stdout.splitlines() == ["EPERM"] * 4 + ["-1 EPERM"] * 2 + ["True", "(1,)"], result
 
 
+def test_episodes_cannot_reach_each_other_over_sockets(local_backend, fast):
+    # An abstract Unix socket lives in its network namespace: another run of the same episode
+    # reaches it, a run of another episode does not.
+    listen = (
+        "import socket\nserver = socket.socket(socket.AF_UNIX)\nserver.bind('\\0agentgym-probe')\nserver.listen()\n"
+        "print('listening', flush=True)\nserver.settimeout(3)\ntry:\n    server.accept()\nexcept OSError:\n    pass"
+    )
+    probe = (
+        "import socket\nclient = socket.socket(socket.AF_UNIX)\ntry:\n    client.connect('\\0agentgym-probe')\n    print('reached')\n"
+        "except OSError as exc:\n    print(type(exc).__name__)"
+    )
+    with Sandbox(local_backend, Limits(wall_time_s=5)) as episode, Sandbox(local_backend, fast) as other:
+        listener = episode.start(listen)
+        assert listener.readline(timeout=5) == b"listening\n"
+        assert other.run(probe).stdout == "ConnectionRefusedError\n"
+        assert episode.run(probe).stdout == "reached\n"
+        listener.kill()
+        listener.wait()
+
+
 def test_tmp_and_shm_have_inode_limits(sandbox):
     result = sandbox.run(
         "import os\nfor folder in ('/tmp', '/dev/shm'):\n    n = 0\n"
