@@ -1,21 +1,30 @@
 """Throughput and latency of isolated executions against plain ``python -c`` subprocesses.
 
-For each concurrency level (episodes running at once, one thread and one sandbox workspace per
-episode), runs a trivial snippet many times through :class:`agentgym.sandbox.Sandbox` and, in the
-same run on the same machine, through ``subprocess.run([python, "-c", snippet])`` with the same
-interpreter binary and no isolation at all. Prints executions per second, p50/p99 latency and
-the ratio sandbox/plain per level, then the ratio of the best throughputs (the target is >= 10x).
+Three measurements, each against its baseline in the same run:
+
+1. ``sandbox``: for each concurrency level (episodes running at once, one thread and one sandbox
+   workspace per episode), a trivial snippet many times through :class:`agentgym.sandbox.Sandbox`
+   and through ``subprocess.run([python, "-c", snippet])`` with the same interpreter binary and
+   no isolation at all. Prints executions per second, p50/p99 latency and the ratio per level.
+2. ``env``: the same snippet through ``env.step(run_python)`` of CodeExec-v0 (one environment
+   per thread), at concurrency 1 and 2, against plain ``python -c``; targets: >= 10x plain at
+   concurrency 1, and concurrency 2 >= 1.8x concurrency 1.
+3. ``humaneval`` (with ``--humaneval PATH`` to HumanEval.jsonl.gz): every canonical solution
+   graded sequentially through CodeExec's ``submit`` (all must pass), then every bare prompt
+   (all must fail); tasks per second, p50/p99 and CPU per task. Target: >= 150 tasks/s.
 
 Wall-clock numbers on a shared machine are noisy, so both sides of every ratio are measured
 back to back, alternating in slices, and the output also reports CPU milliseconds per execution
 of this process and all its descendants (the fork server included), which other load disturbs less.
 
 Usage: python benchmarks/bench_sandbox.py [--runs 400] [--plain-runs 80] [--concurrency 1,2,4,8,16,32,64]
+                                         [--env-runs 400] [--humaneval PATH] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import subprocess
@@ -25,6 +34,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import gymnasium as gym
+
+import agentgym  # noqa: F401 - registers the environments
+from agentgym.parsing import format_tool_call
 from agentgym.sandbox import Limits, Sandbox
 
 SNIPPET = "print(1)"
@@ -130,6 +143,25 @@ class SandboxWorker:
         self.sandbox.close()
 
 
+class EnvWorker:
+    """One CodeExec-v0 environment stepping ``run_python`` with the snippet (a new episode when one ends)."""
+
+    def __init__(self) -> None:
+        self.env = gym.make("agentgym/CodeExec-v0", split="val", max_turns=10_000)
+        self.env.reset(seed=0)
+        self.action = format_tool_call("run_python", {"code": SNIPPET})
+
+    def __call__(self) -> None:
+        observation, _, terminated, truncated, _ = self.env.step(self.action)
+        if "1" not in observation[-1]["content"]:
+            raise RuntimeError(f"run_python failed: {observation[-1]['content'][:300]}")
+        if terminated or truncated:
+            self.env.reset(seed=0)
+
+    def close(self) -> None:
+        self.env.close()
+
+
 def plain_worker() -> Callable[[], None]:
     def work() -> None:
         done = subprocess.run([PYTHON, "-c", SNIPPET], capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
@@ -139,55 +171,111 @@ def plain_worker() -> Callable[[], None]:
     return work
 
 
+def alternate(level: int, runs: int, plain_runs: int, slices: int, make_worker: Callable[[], Callable[[], None]]) -> tuple[Measurement, Measurement]:
+    """Measure ``make_worker`` and plain ``python -c`` in alternating slices, so load changes hit both alike."""
+    measured = plain = None
+    for _ in range(slices):
+        m = measure(level, max(level, runs // slices), make_worker)
+        p = measure(level, max(level, plain_runs // slices), plain_worker)
+        measured = m if measured is None else measured.merge(m)
+        plain = p if plain is None else plain.merge(p)
+    assert measured is not None and plain is not None
+    return measured, plain
+
+
+def row(level: int, measured: Measurement, plain: Measurement) -> dict[str, float]:
+    return {
+        "concurrency": level,
+        "per_s": round(measured.per_s, 1),
+        "p50_ms": round(measured.percentile(0.5), 2),
+        "p99_ms": round(measured.percentile(0.99), 2),
+        "cpu_ms": round(measured.cpu_s / measured.runs * 1e3, 2),
+        "plain_per_s": round(plain.per_s, 1),
+        "plain_p50_ms": round(plain.percentile(0.5), 2),
+        "plain_p99_ms": round(plain.percentile(0.99), 2),
+        "plain_cpu_ms": round(plain.cpu_s / plain.runs * 1e3, 2),
+        "ratio": round(measured.per_s / plain.per_s, 2),
+    }
+
+
+def print_table(title: str, rows: list[dict[str, float]]) -> None:
+    print(f"\n{title}")
+    header = f"{'conc':>4} | {'exec/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7} | {'plain/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7} | {'ratio':>6}"
+    print(header)
+    print("-" * len(header))
+    for r in rows:
+        print(
+            f"{r['concurrency']:>4} | {r['per_s']:>8} {r['p50_ms']:>7} {r['p99_ms']:>7} {r['cpu_ms']:>7} | "
+            f"{r['plain_per_s']:>8} {r['plain_p50_ms']:>7} {r['plain_p99_ms']:>7} {r['plain_cpu_ms']:>7} | {r['ratio']:>5.1f}x",
+            flush=True,
+        )
+
+
+def grade_humaneval(path: str) -> dict[str, float]:
+    """Grade every canonical solution, then every bare prompt, one episode each, sequentially."""
+    records = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8")]
+    env = gym.make("agentgym/CodeExec-v0", tasks=path)
+    results: dict[str, float] = {"tasks": len(records)}
+    for kind, code in (("canonical", lambda r: r["prompt"] + r["canonical_solution"]), ("empty", lambda r: r["prompt"])):
+        latencies, passed = [], 0
+        cpu0, t0 = _cpu(), time.perf_counter()
+        for record in records:
+            start = time.perf_counter()
+            env.reset(seed=0, options={"task_id": record["task_id"]})
+            _, reward, terminated, _, _ = env.step(format_tool_call("submit", {"code": code(record)}))
+            latencies.append(time.perf_counter() - start)
+            passed += terminated and reward == 1.0
+        wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
+        m = Measurement(len(records), wall, latencies, cpu)
+        results |= {f"{kind}_passed": passed, f"{kind}_per_s": round(m.per_s, 1), f"{kind}_p50_ms": round(m.percentile(0.5), 2),
+                    f"{kind}_p99_ms": round(m.percentile(0.99), 2), f"{kind}_cpu_ms": round(cpu / len(records) * 1e3, 2)}
+    env.close()
+    return results
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=400, help="sandboxed executions per concurrency level")
     parser.add_argument("--plain-runs", type=int, default=80, help="plain subprocess executions per level")
     parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
-    parser.add_argument("--slices", type=int, default=4, help="alternate sandbox/plain in this many slices per level")
+    parser.add_argument("--env-runs", type=int, default=400, help="env.step(run_python) calls per concurrency level (0: skip)")
+    parser.add_argument("--humaneval", help="HumanEval.jsonl.gz: also grade its 164 tasks through CodeExec's submit")
+    parser.add_argument("--slices", type=int, default=4, help="alternate measured/plain in this many slices per level")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()
     levels = [int(c) for c in args.concurrency.split(",")]
 
     Sandbox(backend="local").close()  # start the shared fork server outside the timings
     print(f"python {PYTHON} ({sys.version.split()[0]}), {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}")
-    print(f"snippet {SNIPPET!r}; sandbox: local backend, full isolation; plain: subprocess python -c")
-    header = f"{'conc':>4} | {'sandbox/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7} | {'plain/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7} | {'ratio':>6}"
-    print(header)
-    print("-" * len(header))
-    rows = []
-    for level in levels:
-        sandboxed = plain = None
-        for _ in range(args.slices):  # alternate, so load changes hit both sides alike
-            s = measure(level, max(level, args.runs // args.slices), SandboxWorker)
-            p = measure(level, max(level, args.plain_runs // args.slices), plain_worker)
-            sandboxed = s if sandboxed is None else sandboxed.merge(s)
-            plain = p if plain is None else plain.merge(p)
-        assert sandboxed is not None and plain is not None
-        ratio = sandboxed.per_s / plain.per_s
-        row = {
-            "concurrency": level,
-            "sandbox_per_s": round(sandboxed.per_s, 1),
-            "sandbox_p50_ms": round(sandboxed.percentile(0.5), 2),
-            "sandbox_p99_ms": round(sandboxed.percentile(0.99), 2),
-            "sandbox_cpu_ms": round(sandboxed.cpu_s / sandboxed.runs * 1e3, 2),
-            "plain_per_s": round(plain.per_s, 1),
-            "plain_p50_ms": round(plain.percentile(0.5), 2),
-            "plain_p99_ms": round(plain.percentile(0.99), 2),
-            "plain_cpu_ms": round(plain.cpu_s / plain.runs * 1e3, 2),
-            "ratio": round(ratio, 2),
-        }
-        rows.append(row)
-        print(
-            f"{level:>4} | {row['sandbox_per_s']:>9} {row['sandbox_p50_ms']:>7} {row['sandbox_p99_ms']:>7} {row['sandbox_cpu_ms']:>7} | "
-            f"{row['plain_per_s']:>8} {row['plain_p50_ms']:>7} {row['plain_p99_ms']:>7} {row['plain_cpu_ms']:>7} | {ratio:>5.1f}x",
-            flush=True,
-        )
-    best = max(r["sandbox_per_s"] for r in rows) / max(r["plain_per_s"] for r in rows)
-    print(f"peak throughput: sandbox {max(r['sandbox_per_s'] for r in rows)}/s vs plain {max(r['plain_per_s'] for r in rows)}/s -> {best:.1f}x")
+    print(f"snippet {SNIPPET!r}; sandbox: local backend, every defence on; plain: subprocess python -c")
+    report: dict[str, object] = {"python": PYTHON, "cpus": os.cpu_count()}
+
+    rows = [row(level, *alternate(level, args.runs, args.plain_runs, args.slices, SandboxWorker)) for level in levels]
+    print_table("Sandbox.run", rows)
+    best = max(r["per_s"] for r in rows) / max(r["plain_per_s"] for r in rows)
+    print(f"peak throughput: sandbox {max(r['per_s'] for r in rows)}/s vs plain {max(r['plain_per_s'] for r in rows)}/s -> {best:.1f}x")
+    report |= {"sandbox": rows, "peak_ratio": round(best, 2)}
+
+    if args.env_runs:
+        env_rows = [row(level, *alternate(level, args.env_runs, args.plain_runs, args.slices, EnvWorker)) for level in (1, 2)]
+        print_table("env.step(run_python), CodeExec-v0", env_rows)
+        scaling = env_rows[1]["per_s"] / env_rows[0]["per_s"]
+        print(f"concurrency 1: {env_rows[0]['ratio']:.1f}x plain python -c (target >= 10x); "
+              f"concurrency 2 / concurrency 1: {scaling:.2f}x (target >= 1.8x)")
+        report |= {"env": env_rows, "env_scaling": round(scaling, 2)}
+
+    if args.humaneval:
+        he = grade_humaneval(args.humaneval)
+        print(f"\nHumanEval through CodeExec submit, sequential, {he['tasks']:.0f} tasks")
+        for kind in ("canonical", "empty"):
+            print(f"{kind:>9}: {he[f'{kind}_passed']:.0f} passed, {he[f'{kind}_per_s']} tasks/s, p50 {he[f'{kind}_p50_ms']} ms, "
+                  f"p99 {he[f'{kind}_p99_ms']} ms, cpu {he[f'{kind}_cpu_ms']} ms/task")
+        print(f"target: >= 150 tasks/s with all canonical passing and every bare prompt failing")
+        report["humaneval"] = he
+
     if args.json:
         with open(args.json, "w") as handle:
-            json.dump({"python": PYTHON, "cpus": os.cpu_count(), "rows": rows, "peak_ratio": round(best, 2)}, handle, indent=1)
+            json.dump(report, handle, indent=1)
 
 
 if __name__ == "__main__":
