@@ -37,8 +37,14 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = {
 }
 
 
+# A client of an environment served elsewhere (``agentgym serve``); not an environment of its own.
+REMOTE = ("agentgym/Remote-v0", "agentgym.remote.client:RemoteEnv")
+
+
 def register_envs() -> None:
-    """Register every environment id (idempotent)."""
+    """Register every environment id, and the remote client's (idempotent)."""
     for env_id, (entry_point, _) in ENVIRONMENTS.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=False)
+    if REMOTE[0] not in gym.registry:
+        gym.register(id=REMOTE[0], entry_point=REMOTE[1], disable_env_checker=False)

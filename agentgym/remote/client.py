@@ -1,0 +1,156 @@
+"""``agentgym/Remote-v0``: a ``gymnasium.Env`` whose environment runs in an ``agentgym serve`` server.
+
+    env = gym.make("agentgym/Remote-v0", url="ws://10.0.0.7:8765", env_id="agentgym/CodeExec-v0",
+                   env_kwargs={"split": "val"}, token=os.environ["AGENTGYM_TOKEN"])
+
+It offers what the rollout runner, the trainer and the framework adapters use of a local
+environment (``reset``, ``step``, ``tools``, ``task_ids``, ``task``, ``tasks``, ``max_turns``,
+``counts``, ``episode_record()``, ``compute_reward()``), and the same seed and actions give the
+same episode, byte for byte, as the environment in-process. Scripted policies stay on the
+server's side of the wire: ``policies()`` is empty here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
+from websockets.sync.client import ClientConnection, connect
+
+from agentgym.env import EpisodeOver
+from agentgym.remote.protocol import MAX_MESSAGE_BYTES, PROTOCOL, ProtocolError, dumps, loads
+from agentgym.spaces import AssistantTurn, ChatMessages
+from agentgym.verifiers.result import RewardResult
+
+__all__ = ["RemoteEnv", "RemoteEnvError"]
+
+
+class RemoteEnvError(RuntimeError):
+    """The server could not be reached, refused the session, or failed a request."""
+
+
+_RAISED: dict[str, type[Exception]] = {
+    "EpisodeOver": EpisodeOver,
+    "ResetNeeded": gym.error.ResetNeeded,
+    "ValueError": ValueError,
+    "TypeError": TypeError,
+    "KeyError": KeyError,
+    "ProtocolError": ProtocolError,
+}
+
+
+class RemoteEnv(gym.Env[list[dict[str, Any]], Any]):
+    """An environment served by ``agentgym serve``, stepped over one WebSocket session.
+
+    Args:
+        url: the server, ``ws://host:port`` (``wss://`` behind a TLS proxy).
+        env_id: the environment the server should make, e.g. ``"agentgym/SQL-v0"``.
+        env_kwargs: its ``gym.make`` keyword arguments (JSON values).
+        token: the server's bearer token, if it has one.
+        timeout_s: how long one request may take before the session is given up.
+        **make_kwargs: more ``gym.make`` arguments for the served environment, merged into
+            ``env_kwargs`` (so the rollout runner's and adapters' ``split=``/``max_turns=`` reach it).
+    """
+
+    metadata = {"render_modes": []}  # noqa: RUF012 - Gymnasium's convention
+
+    def __init__(
+        self,
+        url: str,
+        env_id: str,
+        env_kwargs: dict[str, Any] | None = None,
+        *,
+        token: str | None = None,
+        timeout_s: float = 120.0,
+        **make_kwargs: Any,
+    ) -> None:
+        self.url, self.env_id, self.timeout_s = url, env_id, timeout_s
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        try:
+            connection = connect(
+                url.rstrip("/") + "/v1/session", additional_headers=headers, max_size=MAX_MESSAGE_BYTES, compression=None,
+                open_timeout=timeout_s, close_timeout=5,
+            )
+            # Entered by hand: the session outlives any with-block of the caller; close() ends it.
+            self._connection: ClientConnection | None = connection.__enter__()
+        except InvalidStatus as exc:
+            raise RemoteEnvError(f"the server at {url} refused the session (HTTP {exc.response.status_code}): {exc.response.body!r}") from None
+        except (OSError, WebSocketException, TimeoutError) as exc:
+            raise RemoteEnvError(f"cannot reach an agentgym server at {url}: {exc}") from None
+        hello = self._request({"op": "make", "env_id": env_id, "kwargs": {**(env_kwargs or {}), **make_kwargs}})
+        if hello.get("protocol") != PROTOCOL:
+            self.close()
+            raise RemoteEnvError(f"the server speaks protocol {hello.get('protocol')}, this client {PROTOCOL}")
+        self.session: str = hello["session"]
+        self.tools: list[dict[str, Any]] = hello["tools"]
+        self.task_ids: list[str] = hello["task_ids"]
+        self.max_turns: int = hello["max_turns"]
+        self.observation_space = ChatMessages()
+        self.action_space = AssistantTurn()
+        self.task: dict[str, Any] | None = None
+        self.counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
+        self._tasks: list[dict[str, Any]] | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        super().reset(seed=seed)
+        reply = self._request({"op": "reset", "seed": seed, "options": options})
+        self.task = reply["task"]
+        self.counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
+        return reply["observation"], reply["info"]
+
+    def step(self, action: Any) -> tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]]:
+        reply = self._request({"op": "step", "action": action})
+        self.counts = reply["counts"]
+        return reply["observation"], reply["reward"], reply["terminated"], reply["truncated"], reply["info"]
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        """Every task of the served environment (fetched once)."""
+        if self._tasks is None:
+            self._tasks = self._request({"op": "tasks"})["tasks"]
+        return self._tasks
+
+    def episode_record(self) -> dict[str, Any]:
+        """The served environment's record of the current episode."""
+        return self._request({"op": "record"})["record"]
+
+    def compute_reward(self) -> RewardResult:
+        """The served environment's reward for the state the episode reached."""
+        reply = self._request({"op": "reward"})
+        return RewardResult(score=reply["score"], reason=reply["reason"], components=reply["components"], passed=reply["passed"])
+
+    @classmethod
+    def policies(cls) -> dict[str, Any]:
+        """None: scripted policies run next to the environment, on the server."""
+        return {}
+
+    def close(self) -> None:
+        """End the session; the server closes its environment."""
+        connection, self._connection = self._connection, None
+        if connection is None:
+            return
+        try:
+            connection.send(dumps({"op": "close"}))
+            connection.recv(timeout=5)
+        except (ConnectionClosed, OSError, TimeoutError):
+            pass
+        finally:
+            connection.close()
+
+    def _request(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self._connection is None:
+            raise RemoteEnvError("the session is closed")
+        try:
+            self._connection.send(dumps(message))
+            reply = loads(self._connection.recv(timeout=self.timeout_s))
+        except TimeoutError:
+            self.close()
+            raise RemoteEnvError(f"no answer from {self.url} within {self.timeout_s:g} s; the session is closed") from None
+        except (ConnectionClosed, OSError) as exc:
+            self._connection = None
+            raise RemoteEnvError(f"the connection to {self.url} closed: {exc}") from None
+        if "error" in reply:
+            error = reply["error"]
+            raise _RAISED.get(error.get("type"), RemoteEnvError)(error.get("message", "the server failed the request"))
+        return reply

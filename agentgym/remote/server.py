@@ -1,0 +1,376 @@
+"""``agentgym serve``: any registered environment, served over WebSocket to many concurrent sessions.
+
+One WebSocket connection is one session and holds one environment instance, made by the
+session's first request (``make``; see :mod:`agentgym.remote.protocol`). Requests of a session
+are answered in order; sessions run concurrently. Environment calls block (a sandboxed run, a
+SQL query), so they run on a thread pool while the event loop keeps serving other sessions.
+
+Limits: at most ``max_sessions`` open sessions (more are refused with ``ServerFull``), a session
+that sends nothing for ``idle_timeout_s`` is closed, messages are at most ``max_message_bytes``.
+With ``token`` set, every request (the WebSocket handshake and ``/metrics``) must carry
+``Authorization: Bearer <token>``; ``/healthz`` stays open for load balancers.
+
+Closing the server (:meth:`EnvServer.close`, or SIGINT/SIGTERM under ``agentgym serve``) stops
+accepting, closes every connection and every session's environment, and joins its threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import hmac
+import itertools
+import json
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from http import HTTPStatus
+from typing import Any
+
+import gymnasium as gym
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from agentgym.remote.protocol import ERROR_TYPES, MAX_MESSAGE_BYTES, OPS, PROTOCOL, ProtocolError, dumps, loads
+
+__all__ = ["EnvServer", "Metrics", "REMOTE_ENV_ID"]
+
+REMOTE_ENV_ID = "agentgym/Remote-v0"
+_LATENCY_WINDOW = 4096  # step latencies kept for the percentiles
+_RATE_WINDOW_S = 10.0  # steps/s is measured over this many recent seconds
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What ``GET /metrics`` reports.
+
+    Attributes:
+        sessions: sessions open now.
+        sessions_total: sessions opened since the server started.
+        steps_total: ``step`` requests answered.
+        steps_per_s: steps answered per second over the last 10 s.
+        step_p50_ms, step_p99_ms: server-side latency of ``step`` (the environment's own time,
+            over the last 4,096 steps).
+        queue_depth: environment calls waiting for or running on the worker threads; above
+            ``workers`` means sessions wait (a CodeExec server's sandbox queue).
+        workers: worker threads for environment calls.
+        uptime_s: seconds since the server started.
+    """
+
+    sessions: int
+    sessions_total: int
+    steps_total: int
+    steps_per_s: float
+    step_p50_ms: float
+    step_p99_ms: float
+    queue_depth: int
+    workers: int
+    uptime_s: float
+
+
+_servers = itertools.count(1)
+
+
+class _ServerFull(Exception):
+    pass
+
+
+class EnvServer:
+    """Serves registered agentgym environments to remote sessions.
+
+    Args:
+        host: interface to listen on (``127.0.0.1`` by default; ``0.0.0.0`` for a cluster).
+        port: TCP port (0: any free port; :attr:`url` tells which).
+        token: if set, the bearer token every client must present.
+        allowed_envs: environment ids sessions may make (default: every registered ``agentgym/`` id
+            but the remote one).
+        max_sessions: open sessions at most.
+        idle_timeout_s: close a session that sends nothing for this long.
+        max_message_bytes: largest message either way.
+        workers: threads running environment calls (default: 4 per CPU).
+    """
+
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        token: str | None = None,
+        allowed_envs: list[str] | None = None,
+        max_sessions: int = 256,
+        idle_timeout_s: float = 600.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        workers: int | None = None,
+    ) -> None:
+        import agentgym  # noqa: F401 - registers the environments
+
+        if max_sessions < 1 or idle_timeout_s <= 0 or max_message_bytes < 1024:
+            raise ValueError("max_sessions must be >= 1, idle_timeout_s > 0 and max_message_bytes >= 1024")
+        self.host, self.port = host, port
+        self.token = token
+        self.allowed_envs = sorted(allowed_envs) if allowed_envs is not None else sorted(
+            k for k in gym.registry if k.startswith("agentgym/") and k != REMOTE_ENV_ID
+        )
+        self.max_sessions = max_sessions
+        self.idle_timeout_s = idle_timeout_s
+        self.max_message_bytes = max_message_bytes
+        self.workers = workers or 4 * (os.cpu_count() or 1)
+        self.name = f"agentgym-env-server-{next(_servers)}"  # its threads' names start with this
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=f"{self.name}-worker")
+        self._ids = itertools.count(1)
+        self._sessions: dict[str, gym.Env] = {}
+        self._sessions_total = 0
+        self._steps_total = 0
+        self._step_times: collections.deque[float] = collections.deque(maxlen=_LATENCY_WINDOW)
+        self._step_stamps: collections.deque[float] = collections.deque()
+        self._queue = 0
+        self._started = time.monotonic()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Server | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped: asyncio.Event | None = None
+
+    # ------------------------------------------------------------------ running it
+
+    @property
+    def url(self) -> str:
+        """``ws://host:port`` of the running server."""
+        if self._server is None:
+            raise RuntimeError("the server is not running")
+        host, port = next(iter(self._server.sockets)).getsockname()[:2]
+        return f"ws://{host}:{port}"
+
+    def start(self) -> str:
+        """Serve on a background thread; returns :attr:`url` once the server listens."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                asyncio.run(self.run(on_ready=ready.set))
+            except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
+                failure.append(exc)
+                ready.set()
+
+        self._thread = threading.Thread(target=run, name=self.name, daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            raise failure[0]
+        return self.url
+
+    async def run(self, on_ready: Callable[[], None] | None = None) -> None:
+        """Serve until :meth:`close` (or :meth:`shutdown` from the loop) is called."""
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        async with serve(
+            self._session, self.host, self.port, process_request=self._http, max_size=self.max_message_bytes,
+            compression=None, ping_interval=None, server_header="agentgym",
+        ) as server:
+            self._server = server
+            if on_ready is not None:
+                on_ready()
+            await self._stopped.wait()
+            server.close(close_connections=True)
+            await server.wait_closed()
+        await self._loop.run_in_executor(None, self._close_sessions)
+
+    def shutdown(self) -> None:
+        """Stop serving (call from the server's event loop, e.g. a signal handler)."""
+        if self._stopped is not None:
+            self._stopped.set()
+
+    def close(self) -> None:
+        """Stop serving, end every session and close its environment (idempotent)."""
+        if self._loop is not None and self._stopped is not None and not self._loop.is_closed():
+            with contextlib.suppress(RuntimeError):  # the loop already finished
+                self._loop.call_soon_threadsafe(self._stopped.set)
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._close_sessions()
+        self._pool.shutdown(wait=True)
+
+    def __enter__(self) -> EnvServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def metrics(self) -> Metrics:
+        """The server's counters now."""
+        now = time.monotonic()
+        while self._step_stamps and self._step_stamps[0] < now - _RATE_WINDOW_S:
+            self._step_stamps.popleft()
+        ordered = sorted(self._step_times)
+
+        def percentile(q: float) -> float:
+            return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3, 3) if ordered else 0.0
+
+        window = min(_RATE_WINDOW_S, now - self._started) or 1.0
+        return Metrics(
+            sessions=len(self._sessions), sessions_total=self._sessions_total, steps_total=self._steps_total,
+            steps_per_s=round(len(self._step_stamps) / window, 2), step_p50_ms=percentile(0.5), step_p99_ms=percentile(0.99),
+            queue_depth=self._queue, workers=self.workers, uptime_s=round(now - self._started, 1),
+        )
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _authorized(self, request: Request) -> bool:
+        if self.token is None:
+            return True
+        given = request.headers.get("Authorization", "")
+        return hmac.compare_digest(given.encode(), f"Bearer {self.token}".encode())
+
+    def _http(self, connection: ServerConnection, request: Request) -> Response | None:
+        path = request.path.split("?", 1)[0]
+        if path == "/healthz":
+            return _json_response(connection, HTTPStatus.OK, {"ok": True, "sessions": len(self._sessions), "protocol": PROTOCOL})
+        if not self._authorized(request):
+            return _json_response(connection, HTTPStatus.UNAUTHORIZED, {"error": "a valid bearer token is required"})
+        if path == "/metrics":
+            return _json_response(connection, HTTPStatus.OK, asdict(self.metrics()))
+        if path in ("/", "/v1/session") and request.headers.get("Upgrade", "").lower() == "websocket":
+            return None  # go on with the WebSocket handshake
+        return _json_response(connection, HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {path!r}; sessions are WebSockets on /v1/session"})
+
+    # ------------------------------------------------------------------ sessions
+
+    async def _session(self, connection: ServerConnection) -> None:
+        session_id: str | None = None
+        env: gym.Env | None = None
+        try:
+            while True:
+                try:
+                    raw = await asyncio.wait_for(connection.recv(), timeout=self.idle_timeout_s)
+                except TimeoutError:
+                    await connection.close(1000, "idle timeout")
+                    return
+                try:
+                    request = loads(raw)
+                    op = request.get("op")
+                    if op not in OPS:
+                        raise ProtocolError(f"unknown op {op!r}; one of {', '.join(OPS)}")
+                    if op == "make":
+                        if env is not None:
+                            raise ProtocolError("this session already made its environment")
+                        session_id, env = await self._make(request)
+                        reply = await self._call(lambda env=env: _hello(session_id, request["env_id"], env))
+                    elif env is None:
+                        raise ProtocolError("the first request of a session must be 'make'")
+                    elif op == "close":
+                        await connection.send(dumps({"closed": True}))
+                        await connection.close(1000, "closed by the client")
+                        return
+                    else:
+                        reply = await self._call(lambda env=env: _HANDLERS[op](env, request), step=op == "step")
+                except ConnectionClosed:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
+                    await connection.send(dumps({"error": _error(exc)}))
+                    if env is None:
+                        await connection.close(1008 if isinstance(exc, ProtocolError) else 1013, str(exc)[:120])
+                        return
+                    continue
+                await connection.send(dumps(reply))
+        except ConnectionClosed:
+            return
+        finally:
+            if session_id is not None:
+                self._sessions.pop(session_id, None)
+            if env is not None:
+                await asyncio.get_running_loop().run_in_executor(self._pool, env.close)
+
+    async def _make(self, request: dict[str, Any]) -> tuple[str, gym.Env]:
+        env_id, kwargs = request.get("env_id"), request.get("kwargs", {})
+        if env_id not in self.allowed_envs:
+            raise ValueError(f"unknown or disallowed environment {env_id!r}; this server offers {', '.join(self.allowed_envs)}")
+        if not isinstance(kwargs, dict):
+            raise ProtocolError("'kwargs' must be a JSON object")
+        if len(self._sessions) >= self.max_sessions:
+            raise _ServerFull(f"the server holds its maximum of {self.max_sessions} sessions; try again later")
+        env = await self._call(lambda: gym.make(env_id, **kwargs))
+        session_id = f"s{next(self._ids)}"
+        self._sessions[session_id] = env
+        self._sessions_total += 1
+        return session_id, env
+
+    async def _call(self, fn: Callable[[], Any], *, step: bool = False) -> Any:
+        assert self._loop is not None
+        self._queue += 1
+        try:
+            started = time.perf_counter()
+            result = await self._loop.run_in_executor(self._pool, fn)
+            if step:
+                self._steps_total += 1
+                self._step_times.append(time.perf_counter() - started)
+                self._step_stamps.append(time.monotonic())
+            return result
+        finally:
+            self._queue -= 1
+
+    def _close_sessions(self) -> None:
+        for session_id in list(self._sessions):
+            env = self._sessions.pop(session_id, None)
+            if env is not None:
+                with contextlib.suppress(Exception):
+                    env.close()
+
+
+def _json_response(connection: ServerConnection, status: HTTPStatus, body: dict[str, Any]) -> Response:
+    response = connection.respond(status, json.dumps(body) + "\n")
+    response.headers["Content-Type"] = "application/json"
+    return response
+
+
+def _hello(session_id: str, env_id: str, env: gym.Env) -> dict[str, Any]:
+    base = env.unwrapped
+    return {"session": session_id, "env_id": env_id, "protocol": PROTOCOL, "tools": base.tools,
+            "task_ids": base.task_ids, "max_turns": base.max_turns}
+
+
+def _reset(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
+    seed, options = request.get("seed"), request.get("options")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ProtocolError("'seed' must be an integer or null")
+    if options is not None and not isinstance(options, dict):
+        raise ProtocolError("'options' must be a JSON object or null")
+    observation, info = env.reset(seed=seed, options=options)
+    return {"observation": observation, "info": info, "task": env.unwrapped.task}
+
+
+def _step(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
+    if "action" not in request:
+        raise ProtocolError("'step' needs an 'action'")
+    observation, reward, terminated, truncated, info = env.step(request["action"])
+    return {"observation": observation, "reward": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
+            "info": info, "counts": dict(env.unwrapped.counts)}
+
+
+def _reward(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
+    result = env.unwrapped.compute_reward()
+    return {"score": float(result.score), "passed": result.passed, "reason": result.reason, "components": dict(result.components)}
+
+
+_HANDLERS: dict[str, Callable[[gym.Env, dict[str, Any]], dict[str, Any]]] = {
+    "reset": _reset,
+    "step": _step,
+    "record": lambda env, request: {"record": env.unwrapped.episode_record()},
+    "reward": _reward,
+    "tasks": lambda env, request: {"tasks": env.unwrapped.tasks},
+}
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    name = type(exc).__name__
+    if isinstance(exc, _ServerFull):
+        name = "ServerFull"
+    elif name not in ERROR_TYPES:
+        name = "RemoteError"
+    return {"type": name, "message": str(exc)[:2000] or type(exc).__name__}

@@ -1,0 +1,215 @@
+"""The environment server and its client env: same episodes as in-process, many sessions at once,
+malformed requests answered without harm, limits, authentication and a clean shutdown."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import agentgym  # noqa: F401 - registers the environments
+from agentgym.env import EpisodeOver
+from agentgym.remote import EnvServer, RemoteEnv, RemoteEnvError
+from agentgym.rollout import make_policy, replay, run_episode, to_json_line
+
+pytest.importorskip("websockets")
+from websockets.sync.client import connect  # noqa: E402
+
+REMOTE = "agentgym/Remote-v0"
+
+
+@pytest.fixture(scope="module")
+def server():
+    with EnvServer() as running:
+        yield running
+
+
+def remote(server: EnvServer, env_id: str, **kwargs) -> gym.Env:
+    return gym.make(REMOTE, url=server.url, env_id=env_id, **kwargs)
+
+
+def http_get(server: EnvServer, path: str, token: str | None = None) -> tuple[int, dict]:
+    request = urllib.request.Request(server.url.replace("ws://", "http://") + path)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_the_client_passes_gymnasiums_checker(server):
+    env = remote(server, "agentgym/Refund-v0")
+    check_env(env.unwrapped, skip_render_check=True)
+    env.close()
+
+
+@pytest.mark.parametrize("served", ["agentgym/SQL-v0", "agentgym/MockAPI-v0", "agentgym/CodeExec-v0", "agentgym/TauRetail-v0"])
+def test_episodes_are_byte_identical_to_in_process(server, served):
+    env_id = served
+    local = gym.make(env_id, split="val")
+    task_ids = local.unwrapped.task_ids[:2]
+    records = [run_episode(local, make_policy(local, name, 3), seed=3, task_id=t) for t in task_ids for name in ("oracle", "random")]
+    local.close()
+    env = remote(server, env_id, split="val")
+    assert env.unwrapped.task_ids == gym.make(env_id, split="val").unwrapped.task_ids
+    for record in records:
+        assert to_json_line(replay(env, record)) == to_json_line(record)
+    env.close()
+
+
+def test_rollout_runner_gives_the_same_trajectories_remote_and_local(server, default_tokenizer):
+    from agentgym.runner import RolloutConfig, run_rollouts
+    from fakes import OracleScript
+
+    from test_runner import Recording
+
+    class NoModel:  # every turn comes from the script
+        tokenizer, name = default_tokenizer, "script"
+
+    env_id = "agentgym/SQL-v0"
+    task_ids = gym.make(env_id, split="test").unwrapped.task_ids[:2]
+    script = OracleScript(env_id, task_ids, default_tokenizer)
+    local = RolloutConfig(env_id, split="test", task_ids=task_ids, group_size=2, seed=5, max_turns=3, max_new_tokens=256)
+    far = RolloutConfig(REMOTE, split="test", task_ids=task_ids, group_size=2, seed=5, max_turns=3, max_new_tokens=256,
+                        env_kwargs={"url": server.url, "env_id": env_id})
+    near = run_rollouts(Recording(NoModel(), script, scripted_turns=3), local)
+    away = run_rollouts(Recording(NoModel(), script, scripted_turns=3), far)
+    assert [e.trajectory.token_ids for e in away] == [e.trajectory.token_ids for e in near]
+    assert [e.reward for e in away] == [e.reward for e in near] and any(e.reward > 0 for e in near)
+    assert [to_json_line(e.record) for e in away] == [to_json_line(e.record) for e in near]
+
+
+def test_concurrent_sessions_do_not_interfere(server):
+    env_id = "agentgym/MockAPI-v0"
+    local = gym.make(env_id, split="val")
+    records = [run_episode(local, make_policy(local, "oracle", 0), seed=1, task_id=t) for t in local.unwrapped.task_ids[:16]]
+    local.close()
+
+    def play(record: dict) -> bool:
+        env = remote(server, env_id, split="val")
+        try:
+            return to_json_line(replay(env, record)) == to_json_line(record)
+        finally:
+            env.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(play, records))
+    status, metrics = http_get(server, "/metrics")
+    assert status == 200 and metrics["steps_total"] > 0 and metrics["step_p50_ms"] > 0 and metrics["sessions_total"] >= 16
+
+
+def test_errors_cross_the_wire_and_the_session_goes_on(server):
+    env = remote(server, "agentgym/SQL-v0", max_turns=1)
+    with pytest.raises(gym.error.ResetNeeded):  # the served env's own error (the client's wrappers would say it first)
+        env.unwrapped.step("hello")
+    observation, _ = env.reset(seed=0)
+    assert observation
+    with pytest.raises(ValueError, match="unknown task_id"):
+        env.reset(options={"task_id": "no-such-task"})
+    env.reset(seed=0)
+    assert env.step("hello")[3]  # truncated after its one turn
+    with pytest.raises(EpisodeOver):
+        env.unwrapped.step("hello")
+    env.close()
+    with pytest.raises(RemoteEnvError, match="closed"):
+        env.unwrapped.step("hello")
+    with pytest.raises(ValueError, match="disallowed"):
+        remote(server, "agentgym/NoSuchEnv-v0")
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        ["not json"],
+        ["[1, 2]"],
+        [json.dumps({"op": "explode"})],
+        [json.dumps({"op": "step", "action": "hi"})],  # before make
+        [json.dumps({"op": "make", "env_id": "agentgym/SQL-v0", "kwargs": []})],
+        [json.dumps({"op": "make", "env_id": "agentgym/SQL-v0", "kwargs": {"no_such_argument": 1}})],
+        [json.dumps({"op": "make", "env_id": "agentgym/SQL-v0"}), json.dumps({"op": "reset", "seed": "zero"})],
+        [json.dumps({"op": "make", "env_id": "agentgym/SQL-v0"}), json.dumps({"op": "step"})],
+        [json.dumps({"op": "make", "env_id": "agentgym/SQL-v0"}), json.dumps({"op": "make", "env_id": "agentgym/SQL-v0"})],
+    ],
+)
+def test_malformed_requests_get_clear_errors_and_the_server_stays_up(server, messages):
+    with connect(server.url + "/v1/session") as ws:
+        replies = []
+        for message in messages:
+            ws.send(message)
+            replies.append(json.loads(ws.recv(timeout=10)))
+    assert "error" in replies[-1] and replies[-1]["error"]["message"], replies
+    assert http_get(server, "/healthz")[0] == 200
+    env = remote(server, "agentgym/SQL-v0")  # still serving
+    assert env.reset(seed=0)[0]
+    env.close()
+
+
+def test_unknown_paths_and_oversized_messages_are_refused(server):
+    assert http_get(server, "/nothing")[0] == 404
+    small = EnvServer(max_message_bytes=4096)
+    small.start()
+    try:
+        env = remote(small, "agentgym/SQL-v0")
+        env.reset(seed=0)
+        with pytest.raises(RemoteEnvError):
+            env.step("x" * 10_000)
+        assert http_get(small, "/healthz")[0] == 200
+    finally:
+        small.close()
+
+
+def test_token_is_required_when_set():
+    with EnvServer(token="s3cret") as guarded:
+        with pytest.raises(RemoteEnvError, match="401"):
+            remote(guarded, "agentgym/SQL-v0")
+        with pytest.raises(RemoteEnvError, match="401"):
+            remote(guarded, "agentgym/SQL-v0", token="wrong")
+        env = remote(guarded, "agentgym/SQL-v0", token="s3cret")
+        assert env.reset(seed=0)[0]
+        env.close()
+        assert http_get(guarded, "/metrics")[0] == 401
+        assert http_get(guarded, "/metrics", token="s3cret")[0] == 200
+        assert http_get(guarded, "/healthz")[0] == 200
+
+
+def test_session_limit_and_idle_timeout():
+    with EnvServer(max_sessions=1, idle_timeout_s=0.5) as limited:
+        first = remote(limited, "agentgym/SQL-v0")
+        with pytest.raises(RemoteEnvError, match="maximum of 1 sessions"):
+            remote(limited, "agentgym/SQL-v0")
+        time.sleep(1.0)  # first says nothing: the server closes it
+        with pytest.raises(RemoteEnvError):
+            first.reset(seed=0)
+        deadline = time.monotonic() + 5
+        while http_get(limited, "/healthz")[1]["sessions"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = remote(limited, "agentgym/SQL-v0")  # the slot is free again
+        assert second.reset(seed=0)[0]
+        second.close()
+
+
+def test_shutdown_ends_every_session_and_closes_its_environment():
+    server = EnvServer()
+    server.start()
+    envs = [remote(server, "agentgym/CodeExec-v0", split="val") for _ in range(3)]
+    for env in envs:
+        env.reset(seed=0)
+    closed = []
+    for session in server._sessions.values():
+        original = session.close
+        session.close = lambda original=original: (closed.append(1), original())
+    server.close()
+    assert len(closed) == 3 and server._sessions == {}
+    for env in envs:
+        with pytest.raises(RemoteEnvError):
+            env.step("hello")
+    assert not [t for t in threading.enumerate() if t.name.startswith(server.name)]
