@@ -198,6 +198,7 @@ class TokenEpisode:
 
     def __init__(self, env: gym.Env, opening: Sequence[Mapping[str, Any]], renderer: ChatRenderer, settings: RolloutSettings) -> None:
         self.env = env
+        self.opening = [dict(m) for m in opening]
         self.renderer = renderer
         self.settings = settings
         self.max_total_tokens = settings.max_total_tokens
@@ -411,6 +412,15 @@ class TokenEpisode:
         if segment.kind != "env":
             raise RuntimeError("the sequence does not end with an environment delta")
         return segment.token_ids
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The conversation as this driver saw it: the opening, then each turn's text and the
+        environment's answer (what the record holds, for when the environment is out of reach)."""
+        messages = [dict(m) for m in self.opening]
+        for turn in self.turns:
+            messages.append({"role": "assistant", "content": turn["text"]})
+            messages.extend(dict(m) for m in turn["env_messages"])
+        return messages
 
     def outcome(self) -> EpisodeOutcome:
         """Reward and counts (an episode cut by the budget is scored on the state it reached; one

@@ -420,10 +420,16 @@ class _Run:
     def _finish(self, live: _Live) -> None:
         plan, episode = live.plan, live.episode
         assert episode.stop_reason is not None
-        record = episode.env.unwrapped.episode_record()
-        record.update(policy=self.backend.name, group=plan.group, member=plan.member, stop_reason=episode.stop_reason)
-        if episode.error is not None:  # the episode failed on its own: a failed episode, the batch goes on
-            record.update(reward=0.0, reward_components={}, reward_reason=episode.error, success=False, error=episode.error)
+        stop_reason, error = episode.stop_reason, episode.error
+        try:
+            record = episode.env.unwrapped.episode_record()
+        except Exception as exc:  # the environment is out of reach (a remote one died): record what we saw
+            stop_reason = "error"
+            error = error or f"the environment's record could not be read: {type(exc).__name__}: {exc}"
+            record = self._lost_record(plan, episode)
+        record.update(policy=self.backend.name, group=plan.group, member=plan.member, stop_reason=stop_reason)
+        if error is not None:  # the episode failed on its own: a failed episode, the batch goes on
+            record.update(reward=0.0, reward_components={}, reward_reason=error, success=False, error=error)
         task = episode.env.unwrapped.task or {}
         for key in ("difficulty", "template"):  # for breakdowns, when the task has them
             if task.get(key) is not None:
@@ -434,11 +440,20 @@ class _Run:
                 trajectory=episode.trajectory(),
                 group=plan.group,
                 reward=float(record["reward"]),
-                stop_reason=episode.stop_reason,
+                stop_reason=stop_reason,
                 turns=episode.turns,
                 member=plan.member,
             )
         )
+
+    def _lost_record(self, plan: _Planned, episode: TokenEpisode) -> dict[str, Any]:
+        """An episode record from the driver's side alone, in the environment's record format."""
+        config = self.config
+        return {
+            "env_id": config.env_id, "env_version": None, "env_kwargs": {}, "task_id": plan.task_id, "split": config.split,
+            "seed": plan.env_seed, "messages": episode.messages(), "steps": [], "reward": 0.0, "reward_components": {},
+            "reward_reason": "", "success": False, "turns": len(episode.turns), "terminated": False, "truncated": True,
+        }
 
 
 def run_rollouts(

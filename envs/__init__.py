@@ -37,14 +37,12 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = {
 }
 
 
-# A client of an environment served elsewhere (``agentgym serve``); not an environment of its own.
-REMOTE = ("agentgym/Remote-v0", "agentgym.remote.client:RemoteEnv")
+# Clients of environments held elsewhere (``agentgym serve``, a Ray actor pool); not environments of their own.
+CLIENTS = {"agentgym/Remote-v0": "agentgym.remote.client:RemoteEnv", "agentgym/Ray-v0": "agentgym.remote.ray_pool:RayEnv"}
 
 
 def register_envs() -> None:
-    """Register every environment id, and the remote client's (idempotent)."""
-    for env_id, (entry_point, _) in ENVIRONMENTS.items():
+    """Register every environment id, and the clients' (idempotent)."""
+    for env_id, entry_point in [*((k, e) for k, (e, _) in ENVIRONMENTS.items()), *CLIENTS.items()]:
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=False)
-    if REMOTE[0] not in gym.registry:
-        gym.register(id=REMOTE[0], entry_point=REMOTE[1], disable_env_checker=False)

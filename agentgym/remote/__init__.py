@@ -1,9 +1,12 @@
-"""Environments beyond the process: an environment server (``agentgym serve``) and its client env.
+"""Environments beyond the process: an environment server, its client env, and Ray actor pools.
 
-- :class:`EnvServer` serves registered environments over WebSocket (:mod:`.protocol`).
+- :class:`EnvServer` (``agentgym serve``) serves registered environments over WebSocket (:mod:`.protocol`).
 - :class:`RemoteEnv` (``gym.make("agentgym/Remote-v0", url=..., env_id=...)``) steps one of them.
+- :class:`~agentgym.remote.ray_pool.RayEnvPool` keeps environments in Ray actors over a cluster;
+  ``gym.make("agentgym/Ray-v0", env_id=..., pool=...)`` steps one (``agentgym.remote.ray_pool``,
+  imported on demand: it needs the ``ray`` extra).
 
-Both need the ``serve`` extra (``pip install 'agentgym[serve]'``: the ``websockets`` package).
+The server and the clients need the ``serve`` extra (the ``websockets`` package).
 """
 
 from agentgym.remote.client import RemoteEnv, RemoteEnvError

@@ -1,17 +1,19 @@
-"""``agentgym/Remote-v0``: a ``gymnasium.Env`` whose environment runs in an ``agentgym serve`` server.
+"""Client environments for sessions held elsewhere: ``agentgym/Remote-v0`` over WebSocket to an
+``agentgym serve`` server (here), and ``agentgym/Ray-v0`` in a Ray actor (:mod:`.ray_pool`).
 
     env = gym.make("agentgym/Remote-v0", url="ws://10.0.0.7:8765", env_id="agentgym/CodeExec-v0",
                    env_kwargs={"split": "val"}, token=os.environ["AGENTGYM_TOKEN"])
 
-It offers what the rollout runner, the trainer and the framework adapters use of a local
+Both offer what the rollout runner, the trainer and the framework adapters use of a local
 environment (``reset``, ``step``, ``tools``, ``task_ids``, ``task``, ``tasks``, ``max_turns``,
 ``counts``, ``episode_record()``, ``compute_reward()``), and the same seed and actions give the
 same episode, byte for byte, as the environment in-process. Scripted policies stay on the
-server's side of the wire: ``policies()`` is empty here.
+serving side: ``policies()`` is empty here.
 """
 
 from __future__ import annotations
 
+import abc
 from typing import Any
 
 import gymnasium as gym
@@ -23,11 +25,11 @@ from agentgym.remote.protocol import MAX_MESSAGE_BYTES, PROTOCOL, ProtocolError,
 from agentgym.spaces import AssistantTurn, ChatMessages
 from agentgym.verifiers.result import RewardResult
 
-__all__ = ["RemoteEnv", "RemoteEnvError"]
+__all__ = ["RemoteEnv", "RemoteEnvError", "SessionEnv"]
 
 
 class RemoteEnvError(RuntimeError):
-    """The server could not be reached, refused the session, or failed a request."""
+    """The session's other end could not be reached, refused the session, or failed a request."""
 
 
 _RAISED: dict[str, type[Exception]] = {
@@ -40,7 +42,77 @@ _RAISED: dict[str, type[Exception]] = {
 }
 
 
-class RemoteEnv(gym.Env[list[dict[str, Any]], Any]):
+class SessionEnv(gym.Env[list[dict[str, Any]], Any], metaclass=abc.ABCMeta):
+    """A ``gymnasium.Env`` whose environment lives in a session elsewhere; subclasses carry the requests."""
+
+    metadata = {"render_modes": []}  # noqa: RUF012 - Gymnasium's convention
+
+    def describe(self, hello: dict[str, Any]) -> None:
+        """Take the environment's description from the reply to ``make``."""
+        if hello.get("protocol") != PROTOCOL:
+            raise RemoteEnvError(f"the other end speaks protocol {hello.get('protocol')}, this client {PROTOCOL}")
+        self.session: str = hello["session"]
+        self.tools: list[dict[str, Any]] = hello["tools"]
+        self.task_ids: list[str] = hello["task_ids"]
+        self.max_turns: int = hello["max_turns"]
+        self.observation_space = ChatMessages()
+        self.action_space = AssistantTurn()
+        self.task: dict[str, Any] | None = None
+        self.counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
+        self._tasks: list[dict[str, Any]] | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        super().reset(seed=seed)
+        reply = self.call({"op": "reset", "seed": seed, "options": options})
+        self.task = reply["task"]
+        self.counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
+        return reply["observation"], reply["info"]
+
+    def step(self, action: Any) -> tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]]:
+        reply = self.call({"op": "step", "action": action})
+        self.counts = reply["counts"]
+        return reply["observation"], reply["reward"], reply["terminated"], reply["truncated"], reply["info"]
+
+    @property
+    def tasks(self) -> list[dict[str, Any]]:
+        """Every task of the environment (fetched once)."""
+        if self._tasks is None:
+            self._tasks = self.call({"op": "tasks"})["tasks"]
+        return self._tasks
+
+    def episode_record(self) -> dict[str, Any]:
+        """The environment's record of the current episode."""
+        return self.call({"op": "record"})["record"]
+
+    def compute_reward(self) -> RewardResult:
+        """The environment's reward for the state the episode reached."""
+        reply = self.call({"op": "reward"})
+        return RewardResult(score=reply["score"], reason=reply["reason"], components=reply["components"], passed=reply["passed"])
+
+    @classmethod
+    def policies(cls) -> dict[str, Any]:
+        """None: scripted policies run next to the environment, on the serving side."""
+        return {}
+
+    def call(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send one request and return its reply, raising the error it carries."""
+        reply = self._request(message)
+        if "error" in reply:
+            self.raise_error(reply)
+        return reply
+
+    @staticmethod
+    def raise_error(reply: dict[str, Any]) -> None:
+        """Raise the exception an error reply stands for."""
+        error = reply["error"]
+        raise _RAISED.get(error.get("type"), RemoteEnvError)(error.get("message", "the request failed"))
+
+    @abc.abstractmethod
+    def _request(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Carry one request to the session and bring its reply back."""
+
+
+class RemoteEnv(SessionEnv):
     """An environment served by ``agentgym serve``, stepped over one WebSocket session.
 
     Args:
@@ -52,8 +124,6 @@ class RemoteEnv(gym.Env[list[dict[str, Any]], Any]):
         **make_kwargs: more ``gym.make`` arguments for the served environment, merged into
             ``env_kwargs`` (so the rollout runner's and adapters' ``split=``/``max_turns=`` reach it).
     """
-
-    metadata = {"render_modes": []}  # noqa: RUF012 - Gymnasium's convention
 
     def __init__(
         self,
@@ -78,52 +148,11 @@ class RemoteEnv(gym.Env[list[dict[str, Any]], Any]):
             raise RemoteEnvError(f"the server at {url} refused the session (HTTP {exc.response.status_code}): {exc.response.body!r}") from None
         except (OSError, WebSocketException, TimeoutError) as exc:
             raise RemoteEnvError(f"cannot reach an agentgym server at {url}: {exc}") from None
-        hello = self._request({"op": "make", "env_id": env_id, "kwargs": {**(env_kwargs or {}), **make_kwargs}})
-        if hello.get("protocol") != PROTOCOL:
+        try:
+            self.describe(self.call({"op": "make", "env_id": env_id, "kwargs": {**(env_kwargs or {}), **make_kwargs}}))
+        except BaseException:
             self.close()
-            raise RemoteEnvError(f"the server speaks protocol {hello.get('protocol')}, this client {PROTOCOL}")
-        self.session: str = hello["session"]
-        self.tools: list[dict[str, Any]] = hello["tools"]
-        self.task_ids: list[str] = hello["task_ids"]
-        self.max_turns: int = hello["max_turns"]
-        self.observation_space = ChatMessages()
-        self.action_space = AssistantTurn()
-        self.task: dict[str, Any] | None = None
-        self.counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
-        self._tasks: list[dict[str, Any]] | None = None
-
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        super().reset(seed=seed)
-        reply = self._request({"op": "reset", "seed": seed, "options": options})
-        self.task = reply["task"]
-        self.counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
-        return reply["observation"], reply["info"]
-
-    def step(self, action: Any) -> tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]]:
-        reply = self._request({"op": "step", "action": action})
-        self.counts = reply["counts"]
-        return reply["observation"], reply["reward"], reply["terminated"], reply["truncated"], reply["info"]
-
-    @property
-    def tasks(self) -> list[dict[str, Any]]:
-        """Every task of the served environment (fetched once)."""
-        if self._tasks is None:
-            self._tasks = self._request({"op": "tasks"})["tasks"]
-        return self._tasks
-
-    def episode_record(self) -> dict[str, Any]:
-        """The served environment's record of the current episode."""
-        return self._request({"op": "record"})["record"]
-
-    def compute_reward(self) -> RewardResult:
-        """The served environment's reward for the state the episode reached."""
-        reply = self._request({"op": "reward"})
-        return RewardResult(score=reply["score"], reason=reply["reason"], components=reply["components"], passed=reply["passed"])
-
-    @classmethod
-    def policies(cls) -> dict[str, Any]:
-        """None: scripted policies run next to the environment, on the server."""
-        return {}
+            raise
 
     def close(self) -> None:
         """End the session; the server closes its environment."""
@@ -143,14 +172,10 @@ class RemoteEnv(gym.Env[list[dict[str, Any]], Any]):
             raise RemoteEnvError("the session is closed")
         try:
             self._connection.send(dumps(message))
-            reply = loads(self._connection.recv(timeout=self.timeout_s))
+            return loads(self._connection.recv(timeout=self.timeout_s))
         except TimeoutError:
             self.close()
             raise RemoteEnvError(f"no answer from {self.url} within {self.timeout_s:g} s; the session is closed") from None
         except (ConnectionClosed, OSError) as exc:
             self._connection = None
             raise RemoteEnvError(f"the connection to {self.url} closed: {exc}") from None
-        if "error" in reply:
-            error = reply["error"]
-            raise _RAISED.get(error.get("type"), RemoteEnvError)(error.get("message", "the server failed the request"))
-        return reply

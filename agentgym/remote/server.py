@@ -36,11 +36,10 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from agentgym.remote.protocol import ERROR_TYPES, MAX_MESSAGE_BYTES, OPS, PROTOCOL, ProtocolError, dumps, loads
+from agentgym.remote.protocol import MAX_MESSAGE_BYTES, OPS, PROTOCOL, ProtocolError, dumps, loads
+from agentgym.remote.session import CLIENT_ENV_IDS, ServerFull, answer, error_reply, hello, make_env
 
-__all__ = ["EnvServer", "Metrics", "REMOTE_ENV_ID"]
-
-REMOTE_ENV_ID = "agentgym/Remote-v0"
+__all__ = ["EnvServer", "Metrics"]
 _LATENCY_WINDOW = 4096  # step latencies kept for the percentiles
 _RATE_WINDOW_S = 10.0  # steps/s is measured over this many recent seconds
 
@@ -74,10 +73,6 @@ class Metrics:
 
 
 _servers = itertools.count(1)
-
-
-class _ServerFull(Exception):
-    pass
 
 
 class EnvServer:
@@ -114,7 +109,7 @@ class EnvServer:
         self.host, self.port = host, port
         self.token = token
         self.allowed_envs = sorted(allowed_envs) if allowed_envs is not None else sorted(
-            k for k in gym.registry if k.startswith("agentgym/") and k != REMOTE_ENV_ID
+            k for k in gym.registry if k.startswith("agentgym/") and k not in CLIENT_ENV_IDS
         )
         self.max_sessions = max_sessions
         self.idle_timeout_s = idle_timeout_s
@@ -261,7 +256,7 @@ class EnvServer:
                         if env is not None:
                             raise ProtocolError("this session already made its environment")
                         session_id, env = await self._make(request)
-                        reply = await self._call(lambda env=env: _hello(session_id, request["env_id"], env))
+                        reply = hello(session_id, request["env_id"], env)
                     elif env is None:
                         raise ProtocolError("the first request of a session must be 'make'")
                     elif op == "close":
@@ -269,11 +264,11 @@ class EnvServer:
                         await connection.close(1000, "closed by the client")
                         return
                     else:
-                        reply = await self._call(lambda env=env: _HANDLERS[op](env, request), step=op == "step")
+                        reply = await self._call(lambda env=env: answer(env, request), step=op == "step")
                 except ConnectionClosed:
                     raise
                 except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
-                    await connection.send(dumps({"error": _error(exc)}))
+                    await connection.send(dumps(error_reply(exc)))
                     if env is None:
                         await connection.close(1008 if isinstance(exc, ProtocolError) else 1013, str(exc)[:120])
                         return
@@ -288,14 +283,9 @@ class EnvServer:
                 await asyncio.get_running_loop().run_in_executor(self._pool, env.close)
 
     async def _make(self, request: dict[str, Any]) -> tuple[str, gym.Env]:
-        env_id, kwargs = request.get("env_id"), request.get("kwargs", {})
-        if env_id not in self.allowed_envs:
-            raise ValueError(f"unknown or disallowed environment {env_id!r}; this server offers {', '.join(self.allowed_envs)}")
-        if not isinstance(kwargs, dict):
-            raise ProtocolError("'kwargs' must be a JSON object")
         if len(self._sessions) >= self.max_sessions:
-            raise _ServerFull(f"the server holds its maximum of {self.max_sessions} sessions; try again later")
-        env = await self._call(lambda: gym.make(env_id, **kwargs))
+            raise ServerFull(f"the server holds its maximum of {self.max_sessions} sessions; try again later")
+        env = await self._call(lambda: make_env(request, self.allowed_envs))
         session_id = f"s{next(self._ids)}"
         self._sessions[session_id] = env
         self._sessions_total += 1
@@ -327,50 +317,3 @@ def _json_response(connection: ServerConnection, status: HTTPStatus, body: dict[
     response = connection.respond(status, json.dumps(body) + "\n")
     response.headers["Content-Type"] = "application/json"
     return response
-
-
-def _hello(session_id: str, env_id: str, env: gym.Env) -> dict[str, Any]:
-    base = env.unwrapped
-    return {"session": session_id, "env_id": env_id, "protocol": PROTOCOL, "tools": base.tools,
-            "task_ids": base.task_ids, "max_turns": base.max_turns}
-
-
-def _reset(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
-    seed, options = request.get("seed"), request.get("options")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ProtocolError("'seed' must be an integer or null")
-    if options is not None and not isinstance(options, dict):
-        raise ProtocolError("'options' must be a JSON object or null")
-    observation, info = env.reset(seed=seed, options=options)
-    return {"observation": observation, "info": info, "task": env.unwrapped.task}
-
-
-def _step(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
-    if "action" not in request:
-        raise ProtocolError("'step' needs an 'action'")
-    observation, reward, terminated, truncated, info = env.step(request["action"])
-    return {"observation": observation, "reward": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
-            "info": info, "counts": dict(env.unwrapped.counts)}
-
-
-def _reward(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
-    result = env.unwrapped.compute_reward()
-    return {"score": float(result.score), "passed": result.passed, "reason": result.reason, "components": dict(result.components)}
-
-
-_HANDLERS: dict[str, Callable[[gym.Env, dict[str, Any]], dict[str, Any]]] = {
-    "reset": _reset,
-    "step": _step,
-    "record": lambda env, request: {"record": env.unwrapped.episode_record()},
-    "reward": _reward,
-    "tasks": lambda env, request: {"tasks": env.unwrapped.tasks},
-}
-
-
-def _error(exc: BaseException) -> dict[str, str]:
-    name = type(exc).__name__
-    if isinstance(exc, _ServerFull):
-        name = "ServerFull"
-    elif name not in ERROR_TYPES:
-        name = "RemoteError"
-    return {"type": name, "message": str(exc)[:2000] or type(exc).__name__}
