@@ -3,14 +3,15 @@
 Two measurements, each with its in-process baseline in the same run:
 
 1. Round trip of a non-code step: SQL-v0, a turn without a tool call (the environment answers
-   with its fixed reminder; no query runs), stepped ``--steps`` times in-process and through
-   ``agentgym/Remote-v0`` on a loopback server. Prints p50/p99 per step and the overhead.
-   Target: server round trip p50 < 1 ms.
-2. CodeExec throughput: ``run_python`` of a trivial snippet from 1, 2 and 4 sessions at once,
-   through the server against local environments stepped from as many threads. Target: the
-   server path >= 0.8x in-process (going remote costs little next to the sandbox's work).
+   with its fixed reminder; no query runs), stepped ``--steps`` times in-process, through
+   ``agentgym/Remote-v0`` on a loopback server, and through ``agentgym/Ray-v0`` in an actor of a
+   local Ray runtime. Prints p50/p99 per step. Targets: server p50 < 1 ms, Ray actor p50 < 2 ms.
+2. CodeExec throughput: ``run_python`` of a trivial snippet from 1, 2 and 4 sessions at once:
+   in-process (as many threads), through the server, and through Ray pools of 1, 2 and 4 actors
+   (one session each). Target: the 2-actor pool >= 0.8x in-process on the same cores (going
+   remote costs little next to the sandbox's work).
 
-Ray actor pools are not measured here yet (not built).
+The Ray part runs when ``ray`` is installed (``pip install 'agentgym[ray]'``).
 
 Usage: python benchmarks/bench_remote.py [--steps 2000] [--runs 300]
 """
@@ -18,6 +19,8 @@ Usage: python benchmarks/bench_remote.py [--steps 2000] [--runs 300]
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -85,31 +88,56 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=300, help="run_python calls per side and session count")
     args = parser.parse_args()
 
+    with_ray = importlib.util.find_spec("ray") is not None
+    if with_ray:
+        import ray
+
+        from agentgym.remote.ray_pool import RayEnvPool
+
+        ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+
+    def local(env_id: str, **kwargs: object) -> Callable[[], gym.Env]:
+        return lambda: gym.make(env_id, max_turns=100_000, **kwargs)
+
+    def in_ray(pool: str, env_id: str, **kwargs: object) -> Callable[[], gym.Env]:
+        return lambda: gym.make("agentgym/Ray-v0", env_id=env_id, pool=pool, max_turns=100_000, **kwargs)
+
     with EnvServer() as server:
         def remote(env_id: str, **kwargs: object) -> Callable[[], gym.Env]:
             return lambda: gym.make("agentgym/Remote-v0", url=server.url, env_id=env_id, max_turns=100_000, **kwargs)
 
-        def local(env_id: str, **kwargs: object) -> Callable[[], gym.Env]:
-            return lambda: gym.make(env_id, max_turns=100_000, **kwargs)
-
-        print(f"server {server.url}, {server.workers} worker threads")
-        near, far = [], []
-        for _ in range(2):  # alternate, so load changes hit both sides alike
-            near += step_latencies(local("agentgym/SQL-v0"), args.steps // 2)
-            far += step_latencies(remote("agentgym/SQL-v0"), args.steps // 2)
+        print(f"server {server.url}, {server.workers} worker threads; Ray: {'local runtime' if with_ray else 'not installed'}")
+        sides = {"in-process": local("agentgym/SQL-v0"), "server": remote("agentgym/SQL-v0")}
+        if with_ray:
+            RayEnvPool(size=1, num_cpus=0.5, name="latency")
+            sides["Ray actor"] = in_ray("latency", "agentgym/SQL-v0")
+        latencies: dict[str, list[float]] = {name: [] for name in sides}
+        for _ in range(2):  # alternate, so load changes hit every side alike
+            for name, make in sides.items():
+                latencies[name] += step_latencies(make, args.steps // 2)
         print("\nnon-code step (SQL-v0, a turn without a tool call)")
         print(f"{'':>12} {'p50 ms':>8} {'p99 ms':>8}")
-        print(f"{'in-process':>12} {percentile(near, 0.5):>8.3f} {percentile(near, 0.99):>8.3f}")
-        print(f"{'server':>12} {percentile(far, 0.5):>8.3f} {percentile(far, 0.99):>8.3f}")
-        print(f"server round trip overhead p50 {percentile(far, 0.5) - percentile(near, 0.5):.3f} ms (target: server p50 < 1 ms)")
+        for name, values in latencies.items():
+            print(f"{name:>12} {percentile(values, 0.5):>8.3f} {percentile(values, 0.99):>8.3f}")
+        print("targets: server p50 < 1 ms, Ray actor p50 < 2 ms")
+        if with_ray:
+            RayEnvPool.named("latency").close()
 
-        print("\nCodeExec-v0 run_python('print(1)'), executions/s")
-        print(f"{'sessions':>8} {'in-process':>11} {'server':>8} {'ratio':>6}")
+        print("\nCodeExec-v0 run_python('print(1)'), executions/s (Ray: one actor per session)")
+        print(f"{'sessions':>8} {'in-process':>11} {'server':>8} {'ratio':>6}" + (f" {'Ray pool':>9} {'ratio':>6}" if with_ray else ""))
         for sessions in (1, 2, 4):
             a = throughput(local("agentgym/CodeExec-v0", split="val"), sessions, args.runs)
             b = throughput(remote("agentgym/CodeExec-v0", split="val"), sessions, args.runs)
-            print(f"{sessions:>8} {a:>11.1f} {b:>8.1f} {b / a:>5.2f}x", flush=True)
-        print("target: server >= 0.8x in-process")
+            line = f"{sessions:>8} {a:>11.1f} {b:>8.1f} {b / a:>5.2f}x"
+            if with_ray:
+                pool = RayEnvPool(size=sessions, num_cpus=(os.cpu_count() or 1) / sessions, sessions_per_actor=1, name=f"pool{sessions}")
+                c = throughput(in_ray(pool.name, "agentgym/CodeExec-v0", split="val"), sessions, args.runs)
+                pool.close()
+                line += f" {c:>9.1f} {c / a:>5.2f}x"
+            print(line, flush=True)
+        print("targets: server >= 0.8x in-process; the 2-actor Ray pool >= 0.8x in-process")
+    if with_ray:
+        ray.shutdown()
 
 
 if __name__ == "__main__":
