@@ -185,9 +185,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _rollout(args: argparse.Namespace) -> int:
-    from agentgym.rollout import rollout, summarize, write_jsonl
-
-    from agentgym.rollout import make_policy
+    from agentgym.rollout import make_policy, rollout, summarize, write_jsonl
 
     env = _make(args)  # validates the id, kwargs and policy before the output file is touched
     make_policy(env, args.policy, args.seed)

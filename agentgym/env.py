@@ -26,7 +26,7 @@ from agentgym.spaces import AssistantTurn, ChatMessages
 from agentgym.tools import Tool, ToolError, cap_result, tools_of
 from agentgym.verifiers.result import RewardResult
 
-__all__ = ["Message", "ToolEnv", "SPLITS", "EpisodeOver"]
+__all__ = ["SPLITS", "EpisodeOver", "Message", "ToolEnv"]
 
 Message = dict[str, Any]
 SPLITS = ("train", "val", "test")
@@ -276,7 +276,7 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
         with a reason that says nothing about what went wrong (the error goes to ``details``)."""
         try:
             return self.compute_reward()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of a reward fails closed
             return RewardResult(0.0, "the reward could not be computed, so the episode counts as failed", passed=False,
                                 details={"error": f"{type(exc).__name__}: {exc}"})
 
@@ -293,7 +293,7 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
             result = tool.fn(self, **call.arguments)
         except ToolError as exc:
             return self._error_message(call.id, str(exc), counts, name=call.name, kind="tool_errors")
-        except Exception as exc:  # a tool bug must not end the episode; it is reported and counted
+        except Exception as exc:  # noqa: BLE001 - a tool bug must not end the episode; it is reported and counted
             return self._error_message(call.id, f"{call.name} failed: {type(exc).__name__}: {exc}", counts, name=call.name, kind="tool_errors")
         content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
         return {"role": "tool", "name": call.name, "tool_call_id": call.id, "content": cap_result(content)}

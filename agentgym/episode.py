@@ -321,7 +321,7 @@ class TokenEpisode:
         parsed = parse_action(content, id_prefix=f"call_{len(self.turns) + 1}")  # the ids the environment gives
         try:
             observation, reward, terminated, truncated, info = self.env.step(content)
-        except Exception as exc:  # isolated to this episode and recorded (see the module docstring)
+        except Exception as exc:  # noqa: BLE001 - isolated to this episode and recorded (see the module docstring)
             self._fail(f"the environment failed on turn {len(self.turns) + 1}: {type(exc).__name__}: {exc}")
             observation, reward, terminated, truncated, info = [], 0.0, False, True, {"error": self.error}
         self.turns.append({
@@ -354,7 +354,7 @@ class TokenEpisode:
         before = self._builder.build() if self.max_total_tokens is not None else None
         try:
             self._builder.add_messages(observation)
-        except Exception as exc:  # e.g. a reply the tokenizer cannot encode; the builder is left unchanged
+        except Exception as exc:  # noqa: BLE001 - e.g. a reply the tokenizer cannot encode; the builder is left unchanged
             self._fail(f"the environment's reply could not be tokenized: {type(exc).__name__}: {exc}")
             return
         if self.room() < 1:

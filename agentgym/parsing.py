@@ -19,7 +19,7 @@ import reprlib
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ParsedAction", "ToolCall", "parse_action", "format_tool_call", "scrub_text", "UNPAIRED_SURROGATE"]
+__all__ = ["UNPAIRED_SURROGATE", "ParsedAction", "ToolCall", "format_tool_call", "parse_action", "scrub_text"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"

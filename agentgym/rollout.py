@@ -19,7 +19,7 @@ import numpy as np
 from agentgym.parsing import UNPAIRED_SURROGATE
 from agentgym.policies import Policy, ReplayPolicy
 
-__all__ = ["assistant_turns", "final_info", "make_policy", "replay", "rollout", "run_episode", "summarize", "read_jsonl", "write_jsonl", "to_json_line"]
+__all__ = ["assistant_turns", "final_info", "make_policy", "read_jsonl", "replay", "rollout", "run_episode", "summarize", "to_json_line", "write_jsonl"]
 
 
 def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> dict[str, Any]:

@@ -423,7 +423,7 @@ class _Run:
         stop_reason, error = episode.stop_reason, episode.error
         try:
             record = episode.env.unwrapped.episode_record()
-        except Exception as exc:  # the environment is out of reach (a remote one died): record what we saw
+        except Exception as exc:  # noqa: BLE001 - the environment is out of reach (a remote one died): record what we saw
             stop_reason = "error"
             error = error or f"the environment's record could not be read: {type(exc).__name__}: {exc}"
             record = self._lost_record(plan, episode)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Space
 
-__all__ = ["AssistantTurn", "ChatMessages", "OBSERVATION_ROLES"]
+__all__ = ["OBSERVATION_ROLES", "AssistantTurn", "ChatMessages"]
 
 OBSERVATION_ROLES = ("system", "user", "tool")
 _SAMPLE_CHARS = string.ascii_letters + string.digits + string.punctuation + " \n"

@@ -143,22 +143,22 @@ def validate(
     predicted = [_passed(res) for res in results]
     truth = [bool(lbl["pass"]) for lbl in labels]
     confusion = {
-        "true_pass": sum(t and p for t, p in zip(truth, predicted)),
-        "true_fail": sum(not t and not p for t, p in zip(truth, predicted)),
-        "false_pass": sum(not t and p for t, p in zip(truth, predicted)),
-        "false_fail": sum(t and not p for t, p in zip(truth, predicted)),
+        "true_pass": sum(t and p for t, p in zip(truth, predicted, strict=False)),
+        "true_fail": sum(not t and not p for t, p in zip(truth, predicted, strict=False)),
+        "false_pass": sum(not t and p for t, p in zip(truth, predicted, strict=False)),
+        "false_fail": sum(t and not p for t, p in zip(truth, predicted, strict=False)),
     }
-    scored = [(lbl["score"], res.score) for lbl, res in zip(labels, results) if lbl.get("score") is not None]
+    scored = [(lbl["score"], res.score) for lbl, res in zip(labels, results, strict=False) if lbl.get("score") is not None]
     disagreements = [
         Disagreement(r["task_id"], r["label"], res.score, p, res.reason)
-        for r, res, p, t in zip(records, results, predicted, truth)
+        for r, res, p, t in zip(records, results, predicted, truth, strict=False)
         if p != t or (r["label"].get("score") is not None and abs(res.score - r["label"]["score"]) > 0.05)
     ]
     env_id = env_id or records[0]["env_id"]
     checks = _checks(records, results, reward, env_id, probe_episodes, reward_spec)
     return ValidationReport(
         n=len(records),
-        accuracy=sum(t == p for t, p in zip(truth, predicted)) / len(records),
+        accuracy=sum(t == p for t, p in zip(truth, predicted, strict=False)) / len(records),
         kappa=_cohens_kappa(truth, predicted),
         confusion=confusion,
         spearman=_spearman([a for a, _ in scored], [b for _, b in scored]) if len(scored) > 2 else None,
@@ -170,9 +170,8 @@ def validate(
 
 
 def _checks(records, results, reward, env_id, episodes, reward_spec) -> list[Check]:
-    from agentgym.rollout import rollout
-
     import agentgym  # noqa: F401
+    from agentgym.rollout import rollout
 
     split = records[0].get("split", "train")
     probes: dict[str, list[float]] = {}
@@ -182,16 +181,16 @@ def _checks(records, results, reward, env_id, episodes, reward_spec) -> list[Che
                     f"oracle scores {min(r.score for r in oracle):.3f}..{top:.3f} over {len(oracle)} episodes, all passed: {all(_passed(r) for r in oracle)}")]
     for name in CANARIES:
         probes[name] = [_as_result(reward(r)) for r in rollout(env_id, name, episodes=episodes, split=split)]
-    honest = [res.score for rec, res in zip(records, results) if rec["label"]["pass"] and rec["label"].get("kind", "success") == "success"]
-    floor = max(0.0, min((res.score for rec, res in zip(records, results) if not rec["label"]["pass"]), default=0.0))
+    honest = [res.score for rec, res in zip(records, results, strict=False) if rec["label"]["pass"] and rec["label"].get("kind", "success") == "success"]
+    floor = max(0.0, min((res.score for rec, res in zip(records, results, strict=False) if not rec["label"]["pass"]), default=0.0))
     canary_bad = {n: max(r.score for r in rs) for n, rs in probes.items() if any(_passed(r) or r.score > floor for r in rs)}
     checks.append(Check("canary_floor", not canary_bad,
                         "every canary at the floor" if not canary_bad else f"canaries above the floor {floor:.3f}: {canary_bad}"))
     rescored = _score_elsewhere(records, reward_spec)
-    mismatches = [r["task_id"] for r, a, b in zip(records, results, rescored) if a.score != b]
+    mismatches = [r["task_id"] for r, a, b in zip(records, results, rescored, strict=False) if a.score != b]
     checks.append(Check("verifier_determinism", not mismatches,
                         f"{len(records)} records rescored in 2 other processes: identical" if not mismatches else f"scores differ for {mismatches[:5]}"))
-    hacks = [res.score for rec, res in zip(records, results) if rec["label"].get("kind") == "hack"]
+    hacks = [res.score for rec, res in zip(records, results, strict=False) if rec["label"].get("kind") == "hack"]
     probe_scores = hacks + [r.score for rs in probes.values() for r in rs]
     gap = (min(honest) - max(probe_scores)) if honest and probe_scores else math.nan
     checks.append(Check("gameability_gap", bool(honest) and gap > 0,
@@ -232,7 +231,7 @@ def _check_label(index: int, record: dict[str, Any]) -> None:
 
 def _cohens_kappa(truth: list[bool], predicted: list[bool]) -> float:
     n = len(truth)
-    observed = sum(t == p for t, p in zip(truth, predicted)) / n
+    observed = sum(t == p for t, p in zip(truth, predicted, strict=False)) / n
     p_true, p_pred = sum(truth) / n, sum(predicted) / n
     expected = p_true * p_pred + (1 - p_true) * (1 - p_pred)
     return 1.0 if expected == 1 else (observed - expected) / (1 - expected)
@@ -241,7 +240,7 @@ def _cohens_kappa(truth: list[bool], predicted: list[bool]) -> float:
 def _spearman(a: list[float], b: list[float]) -> float:
     ra, rb = _ranks(a), _ranks(b)
     ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
-    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb, strict=False))
     sa = math.sqrt(sum((x - ma) ** 2 for x in ra))
     sb = math.sqrt(sum((y - mb) ** 2 for y in rb))
     return cov / (sa * sb) if sa and sb else (1.0 if ra == rb else 0.0)

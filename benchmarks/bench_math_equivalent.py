@@ -147,7 +147,7 @@ def main() -> None:
         base_s, base_cpu, expected = run_math_verify(pairs)
         one_s, one_cpu, one_by_one = run_agentgym(single, pairs, batch=False)
         batch_s, _, in_batch = run_agentgym(batched, pairs, batch=True)
-        agree = sum(a == b == c for a, b, c in zip(expected, one_by_one, in_batch))
+        agree = sum(a == b == c for a, b, c in zip(expected, one_by_one, in_batch, strict=False))
         measured = one_cpu is not None and one_cpu > 0
         cpu = f"{1000 * one_cpu / n:7.2f} {base_cpu / one_cpu:8.2f}x" if measured else f"{'n/a':>7} {'n/a':>9}"
         print(

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 
 import httpx
-
 from agentgym.envs.mock_api.env import MockApiEnv
+
 from agentgym.parsing import format_tool_call
 
 
@@ -126,7 +126,7 @@ class ToolCalls:
         def worker(env: MockApiEnv, mix: list[str]) -> Callable[[], list[float]]:
             return lambda: _timed(calls, lambda i: env.step(mix[i % len(mix)]))
 
-        return _run_threads([worker(env, mix) for env, mix in zip(self._envs, self._actions)])
+        return _run_threads([worker(env, mix) for env, mix in zip(self._envs, self._actions, strict=False)])
 
     def close(self) -> None:
         for env in self._envs:

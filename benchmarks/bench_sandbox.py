@@ -213,7 +213,8 @@ def print_table(title: str, rows: list[dict[str, float]]) -> None:
 
 def grade_humaneval(path: str) -> dict[str, float]:
     """Grade every canonical solution, then every bare prompt, one episode each, sequentially."""
-    records = [json.loads(line) for line in gzip.open(path, "rt", encoding="utf-8")]
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle]
     env = gym.make("agentgym/CodeExec-v0", tasks=path)
     results: dict[str, float] = {"tasks": len(records)}
     for kind, code in (("canonical", lambda r: r["prompt"] + r["canonical_solution"]), ("empty", lambda r: r["prompt"])):
@@ -270,7 +271,7 @@ def main() -> None:
         for kind in ("canonical", "empty"):
             print(f"{kind:>9}: {he[f'{kind}_passed']:.0f} passed, {he[f'{kind}_per_s']} tasks/s, p50 {he[f'{kind}_p50_ms']} ms, "
                   f"p99 {he[f'{kind}_p99_ms']} ms, cpu {he[f'{kind}_cpu_ms']} ms/task")
-        print(f"target: >= 150 tasks/s with all canonical passing and every bare prompt failing")
+        print("target: >= 150 tasks/s with all canonical passing and every bare prompt failing")
         report["humaneval"] = he
 
     if args.json:

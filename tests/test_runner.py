@@ -16,6 +16,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from fakes import OracleScript
 
 import agentgym  # noqa: F401 - registers the environments
 from agentgym.models import ChatRenderer, Generation, OpenAICompatibleBackend, RenderCheck, SamplingParams, check_rendering
@@ -23,7 +24,6 @@ from agentgym.models.backend import decode_visible
 from agentgym.parsing import parse_action
 from agentgym.rollout import assistant_turns
 from agentgym.runner import Episode, RolloutConfig, RolloutRunner, run_rollouts, turn_seed
-from fakes import OracleScript
 
 
 class Recording:

@@ -25,9 +25,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
-
 from agentgym.trainers.modeling import TrainerError
+from safetensors.torch import load_file, save_file
 
 __all__ = ["checkpoints", "latest_checkpoint", "load_checkpoint_state", "restore_checkpoint", "save_checkpoint"]
 

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agentgym.trainers.grpo import LossAgg
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from agentgym.episode import RolloutSettings
-from agentgym.trainers.grpo import LossAgg
 
 __all__ = [
     "CheckpointSection",
@@ -333,7 +333,7 @@ def _value_problems(c: TrainConfig) -> list[str]:
 
     need(bool(c.env_id.strip()), "env_id must not be empty")
     need(_DEVICE.fullmatch(c.device) is not None, f"device must be auto, cpu, cuda or cuda:N, got {c.device!r}")
-    need(c.ref_device is None or _DEVICE.fullmatch(c.ref_device) is not None and c.ref_device != "auto",
+    need(c.ref_device is None or (_DEVICE.fullmatch(c.ref_device) is not None and c.ref_device != "auto"),
          f"ref_device must be cpu, cuda or cuda:N (or null for the policy's device), got {c.ref_device!r}")
     need(c.ref_device is None or not c.lora.enabled,
          "ref_device does not apply with LoRA: the reference is the policy with its adapters off (leave ref_device out)")

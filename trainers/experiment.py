@@ -46,12 +46,12 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
+from agentgym.trainers.diagnostics import read_metrics, save_plot
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollout import final_info, read_jsonl, write_jsonl
-from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
-from agentgym.trainers.diagnostics import read_metrics, save_plot
 
 __all__ = ["EvaluationSection", "ExperimentConfig", "TaskPick", "load_experiment", "run_experiment", "summarize_experiment"]
 
@@ -572,7 +572,7 @@ def _plots(summary: Mapping[str, Any], folder: Path) -> list[Path]:
     fig, ax = plt.subplots(figsize=(6, 3.4), dpi=110)
     names = list(arms)
     values = [arms[a]["success"] for a in names]
-    errors = [[v - arms[a]["ci"][0] for a, v in zip(names, values)], [arms[a]["ci"][1] - v for a, v in zip(names, values)]]
+    errors = [[v - arms[a]["ci"][0] for a, v in zip(names, values, strict=False)], [arms[a]["ci"][1] - v for a, v in zip(names, values, strict=False)]]
     ax.bar(names, values, yerr=errors, capsize=4, color=["#9e9e9e", "#5c8fd6", "#2e9d5b", "#d9822b", "#8e6cc0"][: len(names)])
     for i, a in enumerate(names):
         ax.text(i, values[i] + 0.02, f"{values[i]:.2f}\nn={arms[a]['n']}", ha="center", va="bottom", fontsize=7)
@@ -591,7 +591,7 @@ def _plots(summary: Mapping[str, Any], folder: Path) -> list[Path]:
         if not series:
             continue
         fig, ax = plt.subplots(figsize=(6, 3.4), dpi=110)
-        for color, (arm, by_seed) in zip(["#2e9d5b", "#d9822b", "#8e6cc0"], series.items()):
+        for color, (arm, by_seed) in zip(["#2e9d5b", "#d9822b", "#8e6cc0"], series.items(), strict=False):
             runs = [[v if v is not None else math.nan for v in ys] for ys in by_seed.values()]
             for ys in runs:
                 ax.plot(range(1, len(ys) + 1), ys, color=color, alpha=0.25, linewidth=1)
@@ -663,7 +663,7 @@ def _examples(episodes: Mapping[str, Sequence[Mapping[str, Any]]], limit: int = 
     grpo = [r for r in episodes[GRPO] if r["seed"] == first_seed]
     improved = [(sft[(r["task_id"], r["trial"])], r) for r in grpo if r["success"] and not sft[(r["task_id"], r["trial"])]["success"]]
     worsened = [(sft[(r["task_id"], r["trial"])], r) for r in grpo if not r["success"] and sft[(r["task_id"], r["trial"])]["success"]]
-    lines = ["## Example trajectories (seed %s, same task and environment seed)" % first_seed, ""]
+    lines = [f"## Example trajectories (seed {first_seed}, same task and environment seed)", ""]
     for title, pairs in (("SFT failed, GRPO succeeded", improved[:limit]), ("SFT succeeded, GRPO failed", worsened[:1])):
         for before, after in pairs:
             lines += [f"### {title}: {after['task_id']} (trial {after['trial']})", ""]

@@ -65,13 +65,13 @@ def serve(tasks: Connection, results: Connection) -> None:
                 fn = resolve(fn)
             _arm_cpu_backstop(cpu_seconds)
             reply: tuple[bool, object] = (True, fn(*args))
-        except Exception as exc:  # the parent reads any failure as this call's error
+        except Exception as exc:  # noqa: BLE001 - the parent reads any failure as this call's error
             reply = (False, _describe(exc))
         finally:
             signal.setitimer(signal.ITIMER_PROF, 0)
         try:
             results.send(reply)
-        except Exception as exc:  # e.g. an unpicklable return value
+        except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable return value
             results.send((False, f"result could not be sent back: {_describe(exc)}"))
 
 

@@ -186,7 +186,7 @@ def math_match_batch(
     todo = [i for i, e in enumerate(extractions) if e.answer is not None]
     checks = shared_math_equivalence().check_batch([(extractions[i].answer or "", references[i]) for i in todo], timeout=timeout)
     results = [_no_answer(e) for e in extractions]
-    for i, check in zip(todo, checks):
+    for i, check in zip(todo, checks, strict=False):
         results[i] = _math_verdict(extractions[i], references[i], check)
     return results
 

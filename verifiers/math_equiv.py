@@ -220,7 +220,7 @@ class MathEquivalence:
             else:
                 pending.setdefault(key, []).append(index)
         keys = list(pending)
-        for key, outcome in zip(keys, self.pool.map(_WORKER_FUNCTION, keys, timeout=limit)):
+        for key, outcome in zip(keys, self.pool.map(_WORKER_FUNCTION, keys, timeout=limit), strict=False):
             check = MathCheck(bool(outcome.value) if outcome.ok else False, "symbolic", outcome.error, outcome.timed_out)
             if outcome.ok or outcome.timed_out:  # not a crash, which may not happen again
                 self._cache.put(key, check, limit)

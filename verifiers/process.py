@@ -75,4 +75,4 @@ class ProcessReward:
         if self.aggregate == "last":
             return scores[-1]
         weights = [self.gamma ** (len(scores) - t) for t in range(1, len(scores) + 1)]
-        return sum(w * s for w, s in zip(weights, scores)) / sum(weights)
+        return sum(w * s for w, s in zip(weights, scores, strict=False)) / sum(weights)

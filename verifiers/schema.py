@@ -13,9 +13,8 @@ from functools import lru_cache
 from typing import Any
 
 import jsonschema
-from jsonschema.exceptions import best_match
-
 from agentgym.verifiers.result import RewardResult
+from jsonschema.exceptions import best_match
 
 __all__ = ["ToolSpecs", "call_name_and_arguments", "tool_schemas", "validate_json", "validate_json_text", "validate_tool_call"]
 

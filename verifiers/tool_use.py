@@ -7,6 +7,7 @@ capped so that shaping can never outweigh the task itself; the score stays in [0
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
@@ -52,7 +53,7 @@ def tool_use_reward(
 
     wanted = set(expected or ())
     right_tool = len(wanted & called) / len(wanted) if wanted else 1.0
-    duplicates = sum(1 for previous, current in zip(sequence, sequence[1:]) if _same(previous, current))
+    duplicates = sum(1 for previous, current in itertools.pairwise(sequence) if _same(previous, current))
     hallucinated = [name for name, _ in sequence if name not in known_names]
     excess = max(0, len(sequence) - max_calls) if max_calls is not None else 0
 

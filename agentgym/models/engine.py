@@ -301,9 +301,9 @@ class KVEngine:
         """A cached row whose tokens start the request's prompt (its own previous turn), if any."""
         best, best_length = None, 0
         for r, tokens in enumerate(self._tokens):
-            if self._owner[r] is None and r not in taken and best_length < len(tokens) < len(request.prompt):
-                if request.prompt[: len(tokens)] == tuple(tokens):
-                    best, best_length = r, len(tokens)
+            if (self._owner[r] is None and r not in taken and best_length < len(tokens) < len(request.prompt)
+                    and request.prompt[: len(tokens)] == tuple(tokens)):
+                best, best_length = r, len(tokens)
         return best
 
     # -- admission and prefill -------------------------------------------------------------------

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["PROTOCOL", "MAX_MESSAGE_BYTES", "OPS", "ERROR_TYPES", "ProtocolError", "dumps", "loads"]
+__all__ = ["ERROR_TYPES", "MAX_MESSAGE_BYTES", "OPS", "PROTOCOL", "ProtocolError", "dumps", "loads"]
 
 PROTOCOL = 1
 MAX_MESSAGE_BYTES = 16 << 20

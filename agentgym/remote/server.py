@@ -264,7 +264,7 @@ class EnvServer:
                         await connection.close(1000, "closed by the client")
                         return
                     else:
-                        reply = await self._call(lambda env=env: answer(env, request), step=op == "step")
+                        reply = await self._call(lambda env=env, request=request: answer(env, request), step=op == "step")
                 except ConnectionClosed:
                     raise
                 except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply

@@ -8,10 +8,10 @@ What is and is not isolated is stated in ``docs/security.md``.
 """
 
 from agentgym.sandbox.backend import Backend, SandboxProcess
+from agentgym.sandbox.grading import AssertTests, CheckTests, FunctionTests, Grade, Grader, IOCase
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.result import ExecResult, SandboxError, SandboxUnavailable
 from agentgym.sandbox.sandbox import BACKENDS, Sandbox, get_backend
-from agentgym.sandbox.grading import AssertTests, CheckTests, FunctionTests, Grade, Grader, IOCase
 
 __all__ = [
     "BACKENDS", "AssertTests", "Backend", "CheckTests", "ExecResult", "FunctionTests", "Grade", "Grader", "IOCase", "Limits",

@@ -116,7 +116,7 @@ def _run(code: str) -> int:
         status = 0
     except SystemExit as exc:
         status = _exit_status(exc)
-    except BaseException as exc:  # the interpreter's own behaviour: print the traceback, exit 1
+    except BaseException as exc:  # noqa: BLE001 - the interpreter's own behaviour: print the traceback, exit 1
         _print_exception(exc)
         status = 1
     return _finish(status)

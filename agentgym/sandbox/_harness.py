@@ -278,7 +278,7 @@ def same(expected: Any, actual: Any, rel_tol: float = 1e-9, abs_tol: float = 1e-
     if type(expected) is not type(actual):
         return False
     if type(expected) is list:
-        return len(expected) == len(actual) and all(same(e, a, rel_tol, abs_tol) for e, a in zip(expected, actual))
+        return len(expected) == len(actual) and all(same(e, a, rel_tol, abs_tol) for e, a in zip(expected, actual, strict=False))
     if type(expected) is not dict:
         return bool(expected == actual)
     if len(expected) != 1 or expected.keys() != actual.keys():
@@ -288,7 +288,7 @@ def same(expected: Any, actual: Any, rel_tol: float = 1e-9, abs_tol: float = 1e-
     if tag == "float":
         return _close(want, got, rel_tol, abs_tol)
     if tag == "complex":
-        return type(got) is list and len(got) == 2 and all(_close(w, g, rel_tol, abs_tol) for w, g in zip(want, got))
+        return type(got) is list and len(got) == 2 and all(_close(w, g, rel_tol, abs_tol) for w, g in zip(want, got, strict=False))
     if tag == "tuple":
         return same(want, got, rel_tol, abs_tol)
     if tag in ("set", "frozenset"):

@@ -67,15 +67,7 @@ _SYSCALLS = {
         "inotify_add_watch": 27, "fanotify_init": 262, "fanotify_mark": 263, "mincore": 232, "fcntl": 25,
     },
 }
-_DENIED = (
-    "ptrace process_vm_readv process_vm_writev kexec_load kexec_file_load init_module finit_module delete_module bpf "
-    "perf_event_open userfaultfd io_uring_setup io_uring_enter io_uring_register keyctl add_key request_key personality "
-    "acct swapon swapoff reboot settimeofday clock_settime clock_adjtime adjtimex unshare setns mount umount2 pivot_root "
-    "chroot open_tree move_mount fsopen fsconfig fsmount fspick mount_setattr name_to_handle_at open_by_handle_at "
-    "lookup_dcookie quotactl nfsservctl iopl ioperm vhangup syslog "
-    # Covert channels through the shared, read-only runtime files (see docs/security.md).
-    "flock inotify_init inotify_init1 inotify_add_watch fanotify_init fanotify_mark mincore"
-).split()
+_DENIED = ["ptrace", "process_vm_readv", "process_vm_writev", "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register", "keyctl", "add_key", "request_key", "personality", "acct", "swapon", "swapoff", "reboot", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "name_to_handle_at", "open_by_handle_at", "lookup_dcookie", "quotactl", "nfsservctl", "iopl", "ioperm", "vhangup", "syslog", "flock", "inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init", "fanotify_mark", "mincore"]
 # fcntl record locks (F_GETLK, F_SETLK, F_SETLKW and their open-file-description forms): a read
 # lock on a runtime file is visible to every other run. The lock type lives in memory the
 # filter cannot read, so all of them get EPERM (which SQLite reports at once, not as "busy").

@@ -196,7 +196,7 @@ def _bind(source: str, target: str, *, readonly: bool) -> None:
 class Run:
     """One sandboxed execution the server is tracking."""
 
-    __slots__ = ("pid", "pidfd", "status_fd", "report_fd", "deadline", "workspace", "timed_out", "killed")
+    __slots__ = ("deadline", "killed", "pid", "pidfd", "report_fd", "status_fd", "timed_out", "workspace")
 
     def __init__(self, pid: int, status_fd: int, report_fd: int, deadline: float, workspace: str):
         self.pid = pid
@@ -255,7 +255,7 @@ class Server:
                 os.kill(run.pid, signal.SIGKILL)
 
     def _on_message(self) -> None:
-        data, fds, flags, _ = socket.recv_fds(self.control, MAX_MESSAGE, 8)
+        data, fds, _flags, _ = socket.recv_fds(self.control, MAX_MESSAGE, 8)
         if not data:
             os._exit(0)  # the host is gone: exiting tears down every sandbox with our pid namespace
         try:

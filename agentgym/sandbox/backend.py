@@ -12,7 +12,7 @@ from typing import ClassVar
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.result import ExecResult
 
-__all__ = ["Backend", "SandboxProcess", "Capture", "encode_request", "check_relative_path"]
+__all__ = ["Backend", "Capture", "SandboxProcess", "check_relative_path", "encode_request"]
 
 
 class SandboxProcess(abc.ABC):
@@ -70,7 +70,7 @@ class Backend(abc.ABC):
     def close(self) -> None:
         """Stop every sandbox of this backend and release its resources (idempotent)."""
 
-    def abandon(self) -> None:
+    def abandon(self) -> None:  # noqa: B027 - an optional hook: backends without host state need nothing here
         """In a forked child: drop this (the parent's) backend without touching its sandboxes."""
 
 

@@ -13,6 +13,7 @@ otherwise constructing the backend raises :class:`SandboxUnavailable`.
 
 from __future__ import annotations
 
+import contextlib
 import select
 import socket
 import struct
@@ -25,7 +26,7 @@ from agentgym.sandbox.backend import Backend, Capture, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.result import ExecResult, SandboxError, SandboxUnavailable
 
-__all__ = ["DockerBackend", "DEFAULT_IMAGE"]
+__all__ = ["DEFAULT_IMAGE", "DockerBackend"]
 
 DEFAULT_IMAGE = "python:3.11-slim"
 USER = "65534:65534"
@@ -53,7 +54,7 @@ class DockerBackend(Backend):
         try:
             self.client = client or docker.from_env()
             self.client.ping()
-        except Exception as exc:  # the SDK raises several unrelated types for "no daemon"
+        except Exception as exc:  # noqa: BLE001 - the SDK raises several unrelated types for "no daemon"
             raise SandboxUnavailable(f"the docker backend needs a reachable Docker daemon: {exc}") from None
         try:
             self.client.images.get(image)
@@ -138,10 +139,8 @@ class DockerBackend(Backend):
 
     def kill_leftovers(self, container: Any) -> None:
         """Kill every process of the sandbox user in ``container`` except its init."""
-        try:
+        with contextlib.suppress(self._docker.errors.DockerException):
             container.exec_run(["kill", "-9", "-1"], user=USER)
-        except self._docker.errors.DockerException:
-            pass
 
     def close(self) -> None:
         with self._lock:
@@ -250,10 +249,8 @@ class DockerProcess(SandboxProcess):
             self._pending.clear()
         if not self._pending and self._closing_stdin and self._stdin_open:
             self._stdin_open = False
-            try:
+            with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_WR)
-            except OSError:
-                pass
 
     def _read(self) -> None:
         try:

@@ -36,7 +36,7 @@ from agentgym.sandbox.backend import Backend, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.sandbox import Sandbox
 
-__all__ = ["AssertTests", "CheckTests", "FunctionTests", "Grade", "Grader", "IOCase", "TestSpec", "GRADING_LIMITS", "CRASH_SCORE", "GRADING_FAILED"]
+__all__ = ["CRASH_SCORE", "GRADING_FAILED", "GRADING_LIMITS", "AssertTests", "CheckTests", "FunctionTests", "Grade", "Grader", "IOCase", "TestSpec"]
 
 CRASH_SCORE = -1.0
 GRADING_FAILED = "the submission could not be graded, so it counts as failed"
@@ -142,7 +142,7 @@ class Grader:
         total = len(tests.cases) if isinstance(tests, FunctionTests) else len(tests.asserts) if isinstance(tests, AssertTests) else 1
         try:
             return self._grade(code, tests, total)
-        except Exception as exc:  # fail closed, in words that do not depend on the failure (see the module docstring)
+        except Exception as exc:  # noqa: BLE001 - fail closed, in words that do not depend on the failure (see the module docstring)
             return Grade(0.0, 0, total, False, GRADING_FAILED, {"error": f"{type(exc).__name__}: {exc}"})
 
     def _grade(self, code: str, tests: TestSpec, total: int) -> Grade:

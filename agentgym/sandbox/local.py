@@ -31,7 +31,7 @@ from agentgym.sandbox.backend import Backend, Capture, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.result import ExecResult, SandboxError, SandboxUnavailable
 
-__all__ = ["LocalBackend", "runtime_view", "leftovers", "UID_BASE", "UID_COUNT"]
+__all__ = ["UID_BASE", "UID_COUNT", "LocalBackend", "leftovers", "runtime_view"]
 
 # Host uids the sandboxes' user namespaces map to: 65536 ids no real account uses.
 UID_BASE = 0x60000000

@@ -12,7 +12,7 @@ from agentgym.sandbox.backend import Backend, SandboxProcess, encode_request
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.result import ExecResult, SandboxError, SandboxUnavailable
 
-__all__ = ["Sandbox", "get_backend", "BACKENDS"]
+__all__ = ["BACKENDS", "Sandbox", "get_backend"]
 
 BACKENDS = ("auto", "local", "docker")
 _shared: dict[str, Backend] = {}

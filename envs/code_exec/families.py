@@ -65,11 +65,7 @@ def text(alphabet: str, min_len: int, max_len: int) -> Callable[[random.Random],
     return lambda rng: "".join(rng.choice(alphabet) for _ in range(rng.randint(min_len, max_len)))
 
 
-WORDS = (
-    "apple banana cherry delta echo fig grape harbor island jungle kettle lemon mango nectar olive pepper quartz river "
-    "stone tiger umbrella violet walnut xenon yarrow zebra ant bee cat dog eel fox gnu hen ibis jay kiwi lark mole newt "
-    "owl pig quail ram seal toad urchin vole wasp yak art bat cap den ear fan gap hat ink jar key lid map net oak pan"
-).split()
+WORDS = ["apple", "banana", "cherry", "delta", "echo", "fig", "grape", "harbor", "island", "jungle", "kettle", "lemon", "mango", "nectar", "olive", "pepper", "quartz", "river", "stone", "tiger", "umbrella", "violet", "walnut", "xenon", "yarrow", "zebra", "ant", "bee", "cat", "dog", "eel", "fox", "gnu", "hen", "ibis", "jay", "kiwi", "lark", "mole", "newt", "owl", "pig", "quail", "ram", "seal", "toad", "urchin", "vole", "wasp", "yak", "art", "bat", "cap", "den", "ear", "fan", "gap", "hat", "ink", "jar", "key", "lid", "map", "net", "oak", "pan"]
 
 
 def sentence(rng: random.Random, min_words: int = 0, max_words: int = 14, pool: int = 24) -> str:
@@ -1062,7 +1058,7 @@ family(
     name="range_updates", entry_point="apply_updates", signature="(n: int, updates: list[list[int]]) -> list[int]",
     statement="Start from a list of n zeros. Each update [l, r, v] (0 <= l <= r < n) adds v to every position from l to r inclusive. Return the list after all updates.",
     solution="def apply_updates(n: int, updates: list[list[int]]) -> list[int]:\n    out = [0] * n\n    for l, r, v in updates:\n        for i in range(l, r + 1):\n            out[i] += v\n    return out\n",
-    variants=({},), inputs=lambda rng, p: (lambda n: (n, [sorted([rng.randrange(n), rng.randrange(n)]) + [rng.randint(-5, 9)] for _ in range(rng.randint(0, 6))]))(rng.randint(1, 10)),
+    variants=({},), inputs=lambda rng, p: (lambda n: (n, [[*sorted([rng.randrange(n), rng.randrange(n)]), rng.randint(-5, 9)] for _ in range(rng.randint(0, 6))]))(rng.randint(1, 10)),
 )
 
 family(

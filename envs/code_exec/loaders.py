@@ -24,7 +24,7 @@ from typing import Any
 
 from agentgym.sandbox.grading import AssertTests, CheckTests, FunctionTests, IOCase, TestSpec
 
-__all__ = ["load_tasks", "normalise", "read_records", "grading_spec"]
+__all__ = ["grading_spec", "load_tasks", "normalise", "read_records"]
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from agentgym.tools import ToolError
 
-__all__ = ["ToolCache", "CacheStats", "SHARED_CACHE"]
+__all__ = ["SHARED_CACHE", "CacheStats", "ToolCache"]
 
 
 @dataclass

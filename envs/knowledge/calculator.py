@@ -132,9 +132,8 @@ class _Evaluator:
     def _binary(self, op: ast.operator, left: Number, right: Number) -> Number:
         if isinstance(op, ast.Pow):
             _check_power(left, right)
-        elif isinstance(op, ast.Mult) and isinstance(left, int) and isinstance(right, int):
-            if left.bit_length() + right.bit_length() > MAX_INT_BITS:
-                raise CalculatorError("the result is too large")
+        elif isinstance(op, ast.Mult) and isinstance(left, int) and isinstance(right, int) and left.bit_length() + right.bit_length() > MAX_INT_BITS:
+            raise CalculatorError("the result is too large")
         try:
             return _checked(_BINARY[type(op)](left, right))
         except ZeroDivisionError:
@@ -165,9 +164,8 @@ class _Evaluator:
 def _check_power(base: Number, exponent: Number) -> None:
     if abs(exponent) > MAX_ABS_EXPONENT:
         raise CalculatorError(f"exponents are limited to {MAX_ABS_EXPONENT} in absolute value")
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
-        if (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS:
-            raise CalculatorError("the result is too large")
+    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1 and (abs(base).bit_length() - 1) * exponent > MAX_INT_BITS:
+        raise CalculatorError("the result is too large")
 
 
 def _checked(value: Number) -> Number:

@@ -135,7 +135,7 @@ def _walk_to(rng: random.Random, world: World, table: str, hops: int) -> Walk | 
 
 def _task(world: World, template: MathTemplate, walks: list[Walk]) -> dict[str, Any]:
     fact_walks = [extend(world, walks[slot], extra) for slot, extra, _ in template.facts]
-    values = [world.get(*walk.end)[column] for walk, (_, _, column) in zip(fact_walks, template.facts)]
+    values = [world.get(*walk.end)[column] for walk, (_, _, column) in zip(fact_walks, template.facts, strict=False)]
     exact = template.formula(*(Fraction(str(v)) for v in values))
     hops = sum(w.hop_count for w in walks) + sum(len(extra) for _, extra, _ in template.facts)
     reads = len({doc for w in fact_walks for doc in w.doc_path(world)})
@@ -159,7 +159,7 @@ def _task(world: World, template: MathTemplate, walks: list[Walk]) -> dict[str, 
             "value": v,
             "display": display_value(column, v),
         }
-        for w, (_, _, column), v in zip(fact_walks, template.facts, values)
+        for w, (_, _, column), v in zip(fact_walks, template.facts, values, strict=False)
     ]
     return {
         "difficulty": difficulty,

@@ -26,6 +26,7 @@ from typing import Any
 from agentgym.envs.knowledge.calculator import calculate
 from agentgym.envs.knowledge.snapshot import open_readonly
 from agentgym.envs.knowledge.world import TABLES
+
 from agentgym.labelling import (
     Scenario,
     Transform,
@@ -146,7 +147,7 @@ def _only_answer(make: Callable[[Task], str]) -> Transform:
 
 def _several_answers(turns: Turns, task: Task) -> Turns:
     """The last turn submits a wrong candidate, then the right one."""
-    return turns[:-1] + [_answer(_decoy(task)) + "\n" + turns[-1]]
+    return [*turns[:-1], _answer(_decoy(task)) + "\n" + turns[-1]]
 
 
 def _lookup_turns(turns: Turns) -> Turns:
@@ -366,7 +367,7 @@ def _one_hop_short(task: Task) -> bool:
 
 def _stop_one_hop_short(turns: Turns, task: Task) -> Turns:
     solution = task["solution"]
-    return _without_opening(solution["docs"][-1], _lookup_turns(turns)) + [_answer(solution["titles"][-2])]
+    return [*_without_opening(solution["docs"][-1], _lookup_turns(turns)), _answer(solution["titles"][-2])]
 
 
 def _other_figure(task: Task) -> str | None:
@@ -472,7 +473,7 @@ def _separators_first(turns: Turns, task: Task) -> Turns:
     """A calculator call with thousands separators (an error) before the oracle's own."""
     at = next(i for i, t in enumerate(turns) if calls_in(t) == ["calculator"])
     spelled = re.sub(r"\d{4,}", lambda m: f"{int(m.group()):,}", task["solution"]["expression"])
-    return turns[:at] + [format_tool_call("calculator", {"expression": spelled})] + turns[at:]
+    return [*turns[:at], format_tool_call("calculator", {"expression": spelled}), *turns[at:]]
 
 
 def _has_large_number(task: Task) -> bool:

@@ -49,7 +49,7 @@ class SQLOracle(ScriptedPolicy):
 def _read_chain(docs: list[str], titles: list[str], opened: dict[str, str]) -> Script:
     """Search each title and open its document (one turn each), checking that every article names
     the next entity; texts are stored in ``opened`` and documents already there are not reread."""
-    for index, (doc_id, title) in enumerate(zip(docs, titles)):
+    for index, (doc_id, title) in enumerate(zip(docs, titles, strict=False)):
         if doc_id not in opened:
             hits, article = _results((yield format_tool_call("search", {"query": title, "k": 5}) + format_tool_call("open", {"doc_id": doc_id})))
             if doc_id not in [h["doc_id"] for h in hits]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+
 from agentgym.envs.knowledge.articles import ENTITY_TABLES, doc_id_of
 from agentgym.envs.knowledge.world import World
 

@@ -15,9 +15,10 @@ from typing import Any
 
 from agentgym.envs.knowledge.names import slugify
 from agentgym.envs.knowledge.snapshot import BM25_WEIGHTS
+
 from agentgym.tools import ToolError
 
-__all__ = ["ArticleIndex", "MAX_RESULTS"]
+__all__ = ["MAX_RESULTS", "ArticleIndex"]
 
 MAX_RESULTS = 10
 MAX_QUERY_WORDS = 32

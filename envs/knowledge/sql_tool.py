@@ -20,28 +20,25 @@ import threading
 import time
 from typing import Any
 
-from agentgym.tools import ToolError
 from agentgym.envs.knowledge.world import TABLES
 
-__all__ = ["ReadOnlySQL", "QueryInterrupted", "ALLOWED_FUNCTIONS"]
+from agentgym.tools import ToolError
+
+__all__ = ["ALLOWED_FUNCTIONS", "QueryInterrupted", "ReadOnlySQL"]
 
 # Deterministic scalar, aggregate and window functions. Absent on purpose: random, randomblob,
 # the date/time functions (they read the wall clock with 'now'), load_extension, zeroblob, and
 # printf/format, whose width argument builds a huge string inside one VM step, out of reach of the
 # progress handler.
 ALLOWED_FUNCTIONS = frozenset(
-    """abs avg char coalesce count group_concat hex ifnull iif instr length like glob lower ltrim max min
-    nullif quote replace round rtrim sign substr substring sum total trim typeof unicode upper
-    row_number rank dense_rank percent_rank cume_dist ntile lag lead first_value last_value nth_value
-    acos asin atan atan2 ceil ceiling cos degrees exp floor ln log log10 log2 mod pi pow power radians
-    sin sqrt tan trunc""".split()
+    ["abs", "avg", "char", "coalesce", "count", "group_concat", "hex", "ifnull", "iif", "instr", "length", "like", "glob", "lower", "ltrim", "max", "min", "nullif", "quote", "replace", "round", "rtrim", "sign", "substr", "substring", "sum", "total", "trim", "typeof", "unicode", "upper", "row_number", "rank", "dense_rank", "percent_rank", "cume_dist", "ntile", "lag", "lead", "first_value", "last_value", "nth_value", "acos", "asin", "atan", "atan2", "ceil", "ceiling", "cos", "degrees", "exp", "floor", "ln", "log", "log10", "log2", "mod", "pi", "pow", "power", "radians", "sin", "sqrt", "tan", "trunc"]
 )
 _READ_ONLY_PRAGMAS = frozenset({"table_info", "table_xinfo", "index_list", "index_info", "foreign_key_list"})
 _READABLE_TABLES = frozenset(TABLES) | {"sqlite_master", "sqlite_schema"}
 _SCHEMA_TABLES = ("sqlite_master", "sqlite_temp_master", "sqlite_schema", "sqlite_temp_schema")
 _SCHEMA_CHANGE = "changing the database schema"
 _WRITE_STATEMENTS = frozenset(
-    "INSERT UPDATE DELETE REPLACE CREATE DROP ALTER ATTACH DETACH VACUUM REINDEX ANALYZE BEGIN COMMIT END ROLLBACK SAVEPOINT RELEASE".split()
+    ["INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "DROP", "ALTER", "ATTACH", "DETACH", "VACUUM", "REINDEX", "ANALYZE", "BEGIN", "COMMIT", "END", "ROLLBACK", "SAVEPOINT", "RELEASE"]
 )
 _FIRST_WORD = re.compile(r"\s*(?:(?:--[^\n]*(?:\n|$)|/\*.*?\*/)\s*)*([A-Za-z]+)", re.DOTALL)
 # Authorizer action codes the model may trigger, named for error messages.

@@ -58,9 +58,10 @@ Terminates when ``answer`` runs. Truncates after ``max_turns`` assistant turns (
 
 from __future__ import annotations
 
-from agentgym.tools import ToolError, tool
 from agentgym.envs.knowledge.base import ArticleEnv
 from agentgym.envs.knowledge.calculator import CalculatorError, calculate
+
+from agentgym.tools import ToolError, tool
 
 __all__ = ["ToolMathEnv"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from agentgym.envs.knowledge.names import NameForge
 
-__all__ = ["GENERATOR_VERSION", "WORLD_SEED", "Column", "TABLES", "FOREIGN_KEYS", "World", "generate_world"]
+__all__ = ["FOREIGN_KEYS", "GENERATOR_VERSION", "TABLES", "WORLD_SEED", "Column", "World", "generate_world"]
 
 # Bump when generation changes in any way: the snapshot cache is keyed by it.
 GENERATOR_VERSION = 1

@@ -11,7 +11,7 @@ from typing import Any
 
 from agentgym.envs.mock_api.spec import DESCRIPTION, OPERATIONS, SCHEMAS, Operation
 
-__all__ = ["overview", "endpoint_docs", "find_operation"]
+__all__ = ["endpoint_docs", "find_operation", "overview"]
 
 
 def overview() -> str:

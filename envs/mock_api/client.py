@@ -17,11 +17,10 @@ from http import HTTPStatus
 from typing import Any
 
 import httpx
-
 from agentgym.envs.mock_api.server import DRAIN_LIMIT
 from agentgym.envs.mock_api.session import SIMULATED_HEADER
 
-__all__ = ["ApiClient", "ClientTimeout", "HttpResult", "RequestRefused", "SHOWN_HEADERS"]
+__all__ = ["SHOWN_HEADERS", "ApiClient", "ClientTimeout", "HttpResult", "RequestRefused"]
 
 SHOWN_HEADERS = ("Content-Type", "Location", "Retry-After", "Warning", "Idempotent-Replayed", "WWW-Authenticate")
 RESERVED_HEADERS = {"host", "content-length", "transfer-encoding", "connection", "upgrade", "te", "expect"}

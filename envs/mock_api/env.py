@@ -84,10 +84,6 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from agentgym.env import Message, ToolEnv
-from agentgym.parsing import ParsedAction
-from agentgym.tools import ToolError, tool
-from agentgym.verifiers import RewardResult, weighted_sum
 from agentgym.envs.mock_api.apidocs import endpoint_docs, find_operation, overview
 from agentgym.envs.mock_api.client import ApiClient, ClientTimeout, RequestRefused
 from agentgym.envs.mock_api.faults import FAULT_KINDS, FaultConfig, FaultPlan
@@ -95,8 +91,13 @@ from agentgym.envs.mock_api.grading import state_problems
 from agentgym.envs.mock_api.server import ServerLease, acquire_server
 from agentgym.envs.mock_api.session import Session
 from agentgym.envs.mock_api.world import World, generate_world
+from agentgym.verifiers import RewardResult, weighted_sum
 
-__all__ = ["MockApiEnv", "SYSTEM_PROMPT", "WEIGHTS"]
+from agentgym.env import Message, ToolEnv
+from agentgym.parsing import ParsedAction
+from agentgym.tools import ToolError, tool
+
+__all__ = ["SYSTEM_PROMPT", "WEIGHTS", "MockApiEnv"]
 
 WEIGHTS = {"format": 0.1, "execution": 0.4, "completion": 0.5}
 MAX_WAIT_S = 600.0

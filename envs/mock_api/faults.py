@@ -34,8 +34,8 @@ __all__ = [
     "FaultDraw",
     "FaultPlan",
     "garble",
-    "thin_page",
     "refusal",
+    "thin_page",
 ]
 
 FAULT_KINDS = ("rate_limit", "server_error", "unavailable", "timeout", "malformed_json", "empty_results", "truncated_page")

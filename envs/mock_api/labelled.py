@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentgym.envs.mock_api.world import generate_world
+
 from agentgym.labelling import (
     Scenario,
     Turns,
@@ -25,7 +27,6 @@ from agentgym.labelling import (
     to_openai_messages,
 )
 from agentgym.parsing import format_tool_call
-from agentgym.envs.mock_api.world import generate_world
 
 ENV_ID = "agentgym/MockAPI-v0"
 

@@ -25,7 +25,7 @@ from typing import Any
 from agentgym.parsing import format_tool_call
 from agentgym.policies import ScriptedPolicy
 
-__all__ = ["IgnoreErrorsPolicy", "OraclePolicy", "PLANS", "Call"]
+__all__ = ["PLANS", "Call", "IgnoreErrorsPolicy", "OraclePolicy"]
 
 
 @dataclass(frozen=True)

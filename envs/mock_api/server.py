@@ -36,10 +36,9 @@ from http import HTTPStatus
 from typing import Any
 
 import h11
-
 from agentgym.envs.mock_api.session import MAX_BODY_BYTES, HttpRequest, Session
 
-__all__ = ["DRAIN_LIMIT", "MockApiServer", "ServerLease", "SESSION_PREFIX", "THREAD_PREFIX", "acquire_server", "server_status"]
+__all__ = ["DRAIN_LIMIT", "SESSION_PREFIX", "THREAD_PREFIX", "MockApiServer", "ServerLease", "acquire_server", "server_status"]
 
 SESSION_PREFIX = "/s/"
 THREAD_PREFIX = "agentgym-mock-api"
@@ -118,7 +117,7 @@ class MockApiServer:
         asyncio.set_event_loop(self._loop)
         try:
             self._server = self._loop.run_until_complete(asyncio.start_server(self._accept, sock=self._listener))
-        except Exception as exc:  # reported by the constructor, in the caller's thread
+        except Exception as exc:  # noqa: BLE001 - reported by the constructor, in the caller's thread
             self._failure = exc
             return
         finally:

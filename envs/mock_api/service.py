@@ -15,7 +15,7 @@ from typing import Any
 from agentgym.envs.mock_api.spec import DEFAULT_PER_PAGE
 from agentgym.envs.mock_api.world import World, timestamp
 
-__all__ = ["ApiError", "Helpdesk", "TOKEN_TTL_S", "LIVE_STATUSES"]
+__all__ = ["LIVE_STATUSES", "TOKEN_TTL_S", "ApiError", "Helpdesk"]
 
 Record = dict[str, Any]
 TOKEN_TTL_S = 900
@@ -158,7 +158,7 @@ class Helpdesk:
         if "tag" in query:
             checks.append(lambda t, tag=query["tag"]: tag in t["tags"])
         if "q" in query:
-            checks.append(lambda t, q=query["q"].lower(): q in t["subject"].lower())
+            checks.append(lambda t, q=query["q"].lower(): q in t["subject"].lower())  # noqa: B008 - lowered once, bound as the default
         return _page((t for t in self.world.tickets.values() if all(check(t) for check in checks)), query)
 
     def create_ticket(self, body: Record, now: float) -> Record:

@@ -32,7 +32,7 @@ from agentgym.envs.mock_api.service import ApiError, Helpdesk
 from agentgym.envs.mock_api.spec import OPENAPI_JSON, Operation, RouteMiss, coerce_query, match_route, schema_errors
 from agentgym.envs.mock_api.world import World
 
-__all__ = ["CallRecord", "HttpRequest", "HttpResponse", "Session", "SIMULATED_HEADER", "MAX_BODY_BYTES"]
+__all__ = ["MAX_BODY_BYTES", "SIMULATED_HEADER", "CallRecord", "HttpRequest", "HttpResponse", "Session"]
 
 SIMULATED_HEADER = "X-Agentgym-Simulated"
 MAX_BODY_BYTES = 64 * 1024
@@ -143,7 +143,7 @@ class Session:
                 parsed = _parse(request)
                 draw = self.faults.draw(_applicable(parsed.op))
                 status, payload, headers, injected = self._respond(request, parsed, draw)
-            except Exception as exc:  # a service bug must not kill the connection; it is kept for tests
+            except Exception as exc:  # noqa: BLE001 - a service bug must not kill the connection; it is kept for tests
                 if not isinstance(exc, _InvalidResponse):
                     self.internal_errors.append(f"{request.method} {request.path[:100]}: {type(exc).__name__}: {exc}")
                 status, payload, headers = self._encode(None, 500, {"error": {"code": "internal_error", "message": "internal server error"}}, {})
@@ -164,21 +164,21 @@ class Session:
             return 200, OPENAPI_JSON, {"Content-Type": JSON_TYPE}, None
         if self.clock < self._blocked_until:
             wait = max(1, math.ceil(self._blocked_until - self.clock))
-            return self._encode(op, *refusal("rate_limit", wait)) + (None,)
+            return (*self._encode(op, *refusal("rate_limit", wait)), None)
         kind = draw.kind
         if kind in REFUSALS:
             if kind == "rate_limit":
                 self._blocked_until = self.clock + draw.retry_after
-            return self._encode(op, *refusal(kind, draw.retry_after)) + (kind,)
+            return (*self._encode(op, *refusal(kind, draw.retry_after)), kind)
         writes = request.method != "GET"
         if kind == "timeout" and not (writes and draw.write_applied):
-            return self._timeout() + (kind,)
+            return (*self._timeout(), kind)
         try:
             status, data, headers = self._execute(request, parsed)
         except ApiError as exc:
-            return self._encode(op, exc.status, exc.body(), _error_headers(exc)) + (None,)
+            return (*self._encode(op, exc.status, exc.body(), _error_headers(exc)), None)
         if kind == "timeout":
-            return self._timeout() + (kind,)
+            return (*self._timeout(), kind)
         if kind == "malformed_json" and data:
             encoded = self._encode(op, status, data, headers)
             return encoded[0], garble(encoded[1], draw.detail), encoded[2], kind
@@ -186,8 +186,8 @@ class Session:
             self._check_response(op, status, data)
             thinned = thin_page(data, kind)
             if thinned is not None:
-                return self._encode(None, status, thinned[0], headers | thinned[1]) + (kind,)
-        return self._encode(op, status, data, headers) + (None,)
+                return (*self._encode(None, status, thinned[0], headers | thinned[1]), kind)
+        return (*self._encode(op, status, data, headers), None)
 
     def _execute(self, request: HttpRequest, parsed: _Parsed) -> tuple[int, Any, dict[str, str]]:
         """Authenticate, validate and run the request (or replay it); raises ApiError on refusal."""

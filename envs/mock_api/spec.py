@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-
 from agentgym.envs.mock_api.world import PRIORITIES, STATUSES, TEAMS, TIERS
 
 __all__ = [
@@ -24,9 +23,9 @@ __all__ = [
     "OPENAPI",
     "OPENAPI_JSON",
     "OPERATIONS",
+    "SCHEMAS",
     "Operation",
     "RouteMiss",
-    "SCHEMAS",
     "coerce_query",
     "inline_schema",
     "match_route",

@@ -22,7 +22,7 @@ from agentgym.envs.mock_api.service import LIVE_STATUSES
 from agentgym.envs.mock_api.spec import DEFAULT_PER_PAGE
 from agentgym.envs.mock_api.world import COMPANIES, FIRST_NAMES, LAST_NAMES, SPAM_FAMILIES, TIERS, World, draw_subject, generate_world
 
-__all__ = ["TEMPLATES", "generate", "write", "difficulty_of"]
+__all__ = ["TEMPLATES", "difficulty_of", "generate", "write"]
 
 SEED = 20250602
 N_TASKS = 440

@@ -92,7 +92,7 @@ def _task(rng: random.Random, index: int) -> dict[str, Any]:
             "zip": customer["zip"],
             "order_id": target["order_id"] if know_order_id else None,
             "items": [i["name"] for i in request_items],
-            "conditions": {i["name"]: c for i, c in zip(request_items, conditions)},
+            "conditions": {i["name"]: c for i, c in zip(request_items, conditions, strict=False)},
         },
         "expected": _expected(target, request_items, outcomes),
     }
@@ -106,7 +106,7 @@ def _plan(rng: random.Random, n_items: int) -> tuple[list[str], list[str], int]:
             continue  # one order has one status; two identical outcomes teach nothing new
         categories = [_category(rng, o) for o in outcomes]
         low, high = 1, DAMAGED_ON_ARRIVAL_DAYS + 60
-        for outcome, category in zip(outcomes, categories):
+        for outcome, category in zip(outcomes, categories, strict=False):
             window = RETURN_WINDOW_DAYS[category]
             if outcome in ("full_unopened", "full_opened", "fee_opened", "deny_final_sale"):
                 high = min(high, window)
@@ -142,7 +142,7 @@ def _condition_text(items: list[dict[str, Any]], conditions: list[str]) -> str:
     if len(items) == 1:
         return CONDITION_PHRASES[conditions[0]]
     states = {"unopened": "is still unopened", "opened": "was opened", "damaged": "arrived damaged"}
-    return " and the ".join(f"{i['name']} {states[c]}" for i, c in zip(items, conditions)).join(("The ", "."))
+    return " and the ".join(f"{i['name']} {states[c]}" for i, c in zip(items, conditions, strict=False)).join(("The ", "."))
 
 
 def _customer(rng: random.Random, index: int) -> dict[str, Any]:
@@ -176,7 +176,7 @@ def _target_order(
     order_id = f"O-{600000 + index}"
     taken: set[str] = set()
     items = []
-    for n, (outcome, category) in enumerate(zip(outcomes, categories), 1):
+    for n, (outcome, category) in enumerate(zip(outcomes, categories, strict=False), 1):
         item = _item(rng, order_id, n, category, taken)
         item["final_sale"] = outcome in ("deny_final_sale", "damaged_final_sale")
         taken.add(item["name"])
@@ -189,7 +189,7 @@ def _target_order(
     payment = rng.choice(customer["payment_methods"])["payment_method_id"]
     refunds = [
         {"refund_id": f"R-{index}-{n}", "item_ids": [item["item_id"]], "amount": item["price"], "payment_method_id": payment}
-        for n, (item, outcome) in enumerate(zip(items, outcomes), 1)
+        for n, (item, outcome) in enumerate(zip(items, outcomes, strict=False), 1)
         if outcome == "deny_refunded"
     ]
     order = {
@@ -227,7 +227,7 @@ def _distractor_order(rng: random.Random, index: int, k: int, customer: dict[str
 
 def _expected(order: dict[str, Any], items: list[dict[str, Any]], outcomes: list[str]) -> dict[str, Any]:
     refunded, denials, total, full = [], {}, Decimal("0.00"), Decimal("0.00")
-    for item, outcome in zip(items, outcomes):
+    for item, outcome in zip(items, outcomes, strict=False):
         price = money(item["price"])
         full += price
         if outcome.startswith("deny"):

@@ -49,12 +49,12 @@ def _both(name_a: str, name_b: str, change):
 
 def _confirm_early(turns: Turns, task: dict[str, Any]) -> Turns:
     order_id = task["expected"]["order_id"]
-    return turns[:3] + [format_tool_call("send_confirmation", {"order_id": order_id, "outcome": "full_refund", "refunded_amount": 0.0})]
+    return [*turns[:3], format_tool_call("send_confirmation", {"order_id": order_id, "outcome": "full_refund", "refunded_amount": 0.0})]
 
 
 def _refund_and_deny(turns: Turns, task: dict[str, Any]) -> Turns:
     hedge = {"order_id": task["expected"]["order_id"], "item_ids": task["expected"]["refund"]["item_ids"], "reason": "final_sale"}
-    return turns[:-1] + [format_tool_call("deny_refund", hedge), turns[-1]]
+    return [*turns[:-1], format_tool_call("deny_refund", hedge), turns[-1]]
 
 
 def _split_refund(turns: Turns, task: dict[str, Any]) -> Turns:

@@ -12,9 +12,10 @@ import json
 from decimal import Decimal
 from typing import Any
 
+from agentgym.envs.refund.rules import money
+
 from agentgym.parsing import format_tool_call
 from agentgym.policies import Script, ScriptedPolicy
-from agentgym.envs.refund.rules import money
 
 
 def _call(name: str, **arguments: Any) -> str:

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym.parsing import format_tool_call
-from agentgym.policies import Script, ScriptedPolicy
 from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
 from agentgym.envs.tau_retail.users import describe
+
+from agentgym.parsing import format_tool_call
+from agentgym.policies import Script, ScriptedPolicy
 
 
 class OraclePolicy(ScriptedPolicy):

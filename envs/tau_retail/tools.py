@@ -25,8 +25,9 @@ import operator
 from collections.abc import Callable
 from typing import Any, Literal, get_args
 
-from agentgym.tools import ToolError, tool, tools_of
 from agentgym.envs.tau_retail.data import Record, RetailDB
+
+from agentgym.tools import ToolError, tool, tools_of
 
 __all__ = ["TERMINATE_TOOLS", "WRITE_TOOLS", "RetailTools", "calculate_expression"]
 
@@ -240,7 +241,7 @@ class RetailTools:
         )
         if method["source"] == "gift_card":
             _credit(self.db.writable("users", order["user_id"])["payment_methods"][payment_method_id], -difference)
-        for item_id, new_item_id in zip(item_ids, new_item_ids):
+        for item_id, new_item_id in zip(item_ids, new_item_ids, strict=False):
             item = next(i for i in order["items"] if i["item_id"] == item_id)
             variant = self.db.products[item["product_id"]]["variants"][new_item_id]
             item["item_id"] = new_item_id
@@ -384,7 +385,7 @@ def _price_difference(db: RetailDB, order: Record, item_ids: list[str], new_item
     if len(item_ids) != len(new_item_ids):
         raise ToolError("the number of items to be exchanged should match")
     difference: float = 0
-    for item_id, new_item_id in zip(item_ids, new_item_ids):
+    for item_id, new_item_id in zip(item_ids, new_item_ids, strict=False):
         item = next(i for i in order["items"] if i["item_id"] == item_id)
         variants = db.products[item["product_id"]]["variants"]
         if new_item_id not in variants or not variants[new_item_id]["available"]:

@@ -197,7 +197,7 @@ def describe(db: RetailDB, action: Action) -> str:
     items = [f"the {_item_name(db, order_id, i)} (item {i})" for i in kwargs["item_ids"]]
     if name == "return_delivered_order_items":
         return f"return {_join(items)} from order {order_id}, with the refund to {kwargs['payment_method_id']}"
-    swaps = _join([f"{old} for item {new} ({_options(db, new)})" for old, new in zip(items, kwargs["new_item_ids"])])
+    swaps = _join([f"{old} for item {new} ({_options(db, new)})" for old, new in zip(items, kwargs["new_item_ids"], strict=False)])
     verb = "exchange" if name == "exchange_delivered_order_items" else "change"
     return f"{verb} {swaps} in order {order_id}, settling the price difference with {kwargs['payment_method_id']}"
 

@@ -6,6 +6,7 @@ from importlib import resources
 from pathlib import Path
 
 from agentgym.envs import ENVIRONMENTS
+
 from agentgym.rollout import write_jsonl
 from agentgym.validation import env_reward
 

@@ -10,7 +10,7 @@ import torch
 
 from agentgym.models import SamplingParams
 from agentgym.models.kv_cache import KVRows
-from agentgym.models.prefix_attention import SharedPrefix, _attend, _ACTIVE, prefix_attention
+from agentgym.models.prefix_attention import _ACTIVE, SharedPrefix, _attend, prefix_attention
 from agentgym.runner import RolloutConfig, RolloutRunner
 
 

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agentgym.models import DEFAULT_MODEL, ModelLoadError, load_model, resolve_model_path
-from agentgym.models import loading
+from agentgym.models import DEFAULT_MODEL, ModelLoadError, load_model, loading, resolve_model_path
 
 
 def test_missing_default_package_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,7 +16,7 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym  # noqa: F401 - registers the environments
 from agentgym.env import EpisodeOver
-from agentgym.remote import EnvServer, RemoteEnv, RemoteEnvError
+from agentgym.remote import EnvServer, RemoteEnvError
 from agentgym.rollout import make_policy, replay, run_episode, to_json_line
 
 pytest.importorskip("websockets")
@@ -67,10 +67,10 @@ def test_episodes_are_byte_identical_to_in_process(server, served):
 
 
 def test_rollout_runner_gives_the_same_trajectories_remote_and_local(server, default_tokenizer):
-    from agentgym.runner import RolloutConfig, run_rollouts
     from fakes import OracleScript
-
     from test_runner import Recording
+
+    from agentgym.runner import RolloutConfig, run_rollouts
 
     class NoModel:  # every turn comes from the script
         tokenizer, name = default_tokenizer, "script"

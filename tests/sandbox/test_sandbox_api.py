@@ -8,7 +8,6 @@ from agentgym.sandbox import Limits, Sandbox, SandboxError, SandboxUnavailable, 
 from agentgym.sandbox.backend import Capture, check_relative_path, encode_request
 from agentgym.sandbox.sandbox import BACKENDS
 
-
 # ----------------------------------------------------------------------------- pure parts
 
 

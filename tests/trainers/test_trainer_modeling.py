@@ -6,9 +6,8 @@ import math
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
-
 from agentgym.trainers.modeling import MIN_SHARED_PREFIX, Reference, TensorBatch, shared_prefix_length, token_logprobs
+from transformers import LlamaConfig, LlamaForCausalLM
 
 
 @pytest.fixture

@@ -7,11 +7,10 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from agentgym.verifiers import check_math_equivalence, math_equivalent, math_equivalent_batch
 from agentgym.verifiers.math_equiv import numeric_shortcut, prepare_answer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 CASES = Path(__file__).parent / "data" / "math_verify_cases.jsonl"
 

@@ -28,12 +28,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
+from agentgym.trainers.adapters.pool import EnvPool, shared_pool
+from agentgym.trainers.adapters.spec import EnvSpec
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.models.chat import ToolMode
-from agentgym.trainers.adapters.pool import EnvPool, shared_pool
-from agentgym.trainers.adapters.spec import EnvSpec
 
 __all__ = ["AgentExecutor", "AgentInstance", "make_agent_executor"]
 
@@ -138,7 +138,7 @@ def make_agent_executor(
             super().__init__(AgentInstance)
             self._bound: dict[int, type[AgentInstance]] = {}
 
-        async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):  # noqa: ANN001 - OpenRLHF's signature
+        async def execute(self, prompt, label, sampling_params, max_length: int, hf_tokenizer, llm_engine, images=None):
             # OpenRLHF builds instances without arguments; the tokenizer only reaches execute().
             key = id(hf_tokenizer)
             if key not in self._bound:

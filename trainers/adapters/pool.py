@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import gymnasium as gym
-
 from agentgym.trainers.adapters.spec import EnvSpec
 
 __all__ = ["EnvPool", "shared_pool"]

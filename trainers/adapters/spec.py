@@ -14,10 +14,10 @@ from typing import Any
 
 import gymnasium as gym
 
-import agentgym  # noqa: F401  (registers the environments)
+import agentgym
 from agentgym.env import SPLITS
 
-__all__ = ["EnvSpec", "SpecError", "SPEC_KEY"]
+__all__ = ["SPEC_KEY", "EnvSpec", "SpecError"]
 
 SPEC_KEY = "agentgym_spec"
 """Name of the dataset column (or ``extra_info`` entry) holding the spec's JSON."""
