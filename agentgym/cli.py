@@ -164,15 +164,19 @@ def _serve(args: argparse.Namespace) -> int:
     unknown = [e for e in args.envs or [] if e not in gym.registry]
     if unknown:
         raise CLIError(f"unknown environment(s): {', '.join(unknown)}")
-    server = EnvServer(args.host, args.port, token=token, allowed_envs=args.envs, max_sessions=args.max_sessions,
-                       idle_timeout_s=args.idle_timeout, workers=args.workers)
+    server = EnvServer(
+        args.host, args.port, token=token, allowed_envs=args.envs, max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout, workers=args.workers
+    )
 
     async def run() -> None:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, server.shutdown)
-        await server.run(on_ready=lambda: print(f"agentgym: serving {len(server.allowed_envs)} environment(s) on {server.url}"
-                                                 f"{' (token required)' if token else ''}; Ctrl-C stops", flush=True))
+        await server.run(
+            on_ready=lambda: print(
+                f"agentgym: serving {len(server.allowed_envs)} environment(s) on {server.url}{' (token required)' if token else ''}; Ctrl-C stops", flush=True
+            )
+        )
 
     try:
         asyncio.run(run())
@@ -190,9 +194,7 @@ def _rollout(args: argparse.Namespace) -> int:
     env = _make(args)  # validates the id, kwargs and policy before the output file is touched
     make_policy(env, args.policy, args.seed)
     env.close()
-    records = write_jsonl(
-        args.out, rollout(args.env, args.policy, episodes=args.episodes, seed=args.seed, split=args.split, env_kwargs=args.env_kwargs)
-    )
+    records = write_jsonl(args.out, rollout(args.env, args.policy, episodes=args.episodes, seed=args.seed, split=args.split, env_kwargs=args.env_kwargs))
     summary = {"env": args.env, "policy": args.policy, "split": args.split, **summarize(records), "out": args.out}
     _print_summary(summary, args.json)
     return 0
@@ -203,8 +205,9 @@ def _validate_reward(args: argparse.Namespace) -> int:
     from agentgym.validation import env_reward, load_reward, validate
 
     reward = load_reward(args.reward) if args.reward else env_reward
-    report = validate(read_jsonl(args.labels), reward, env_id=args.env, min_agreement=args.min_agreement,
-                      probe_episodes=args.probe_episodes, reward_spec=args.reward)
+    report = validate(
+        read_jsonl(args.labels), reward, env_id=args.env, min_agreement=args.min_agreement, probe_episodes=args.probe_episodes, reward_spec=args.reward
+    )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

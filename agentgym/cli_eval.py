@@ -27,16 +27,26 @@ def add_eval_commands(commands: Any) -> None:
     p.add_argument("--model", help="model name, local path, .gguf file or hub id (default: the bundled SmolLM2-135M-Instruct)")
     p.add_argument("--split", default="test", choices=["train", "val", "test"], help="task split (default test)")
     p.add_argument("--episodes", type=_positive_int, default=10, help="tasks to evaluate; each runs --group-size times (default 10)")
-    p.add_argument("--group-size", "--num-trials", dest="group_size", type=_positive_int, default=1,
-                   help="episodes (trials) per task; 2 or more also reports pass^k (default 1)")
+    p.add_argument(
+        "--group-size",
+        "--num-trials",
+        dest="group_size",
+        type=_positive_int,
+        default=1,
+        help="episodes (trials) per task; 2 or more also reports pass^k (default 1)",
+    )
     p.add_argument("--task-ids", nargs="+", metavar="ID", help="evaluate these tasks (instead of --episodes drawn ones)")
     p.add_argument("--max-turns", type=_positive_int, help="assistant turns per episode (default: the environment's)")
     p.add_argument("--max-new-tokens", type=_positive_int, default=256, help="tokens sampled per turn at most (default 256)")
-    p.add_argument("--max-total-tokens", type=_positive_int, help="token budget of a whole trajectory, prompt included (default: the local model's context window)")
+    p.add_argument(
+        "--max-total-tokens", type=_positive_int, help="token budget of a whole trajectory, prompt included (default: the local model's context window)"
+    )
     p.add_argument("--temperature", type=_non_negative_float, default=1.0, help="sampling temperature, 0 = greedy (default 1.0)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default 1.0)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    p.add_argument("--backend", default="hf", choices=["hf", "openai", "vllm"], help="local transformers, an OpenAI-compatible server, or in-process vLLM (default hf)")
+    p.add_argument(
+        "--backend", default="hf", choices=["hf", "openai", "vllm"], help="local transformers, an OpenAI-compatible server, or in-process vLLM (default hf)"
+    )
     p.add_argument("--base-url", help="server API root for --backend openai, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--device", default="auto", help="device for --backend hf: auto, cpu, cuda, cuda:1 ... (default auto)")
     p.add_argument("--env-kwargs", type=_json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")

@@ -145,7 +145,9 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
             if self.is_done():
                 observation.append(self._error_message(call.id, "not executed: the episode already ended", turn_counts, name=call.name, kind=None))
             elif index >= self.max_tool_calls:
-                observation.append(self._error_message(call.id, f"not executed: at most {self.max_tool_calls} tool calls per turn", turn_counts, name=call.name))
+                observation.append(
+                    self._error_message(call.id, f"not executed: at most {self.max_tool_calls} tool calls per turn", turn_counts, name=call.name)
+                )
             else:
                 observation.append(self._run_tool(call, turn_counts))
         if not parsed.tool_calls and not parsed.errors:
@@ -277,8 +279,9 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
         try:
             return self.compute_reward()
         except Exception as exc:  # noqa: BLE001 - any failure of a reward fails closed
-            return RewardResult(0.0, "the reward could not be computed, so the episode counts as failed", passed=False,
-                                details={"error": f"{type(exc).__name__}: {exc}"})
+            return RewardResult(
+                0.0, "the reward could not be computed, so the episode counts as failed", passed=False, details={"error": f"{type(exc).__name__}: {exc}"}
+            )
 
     def _run_tool(self, call: ToolCall, counts: dict[str, int]) -> Message:
         tool = self._tools.get(call.name)

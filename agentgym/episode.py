@@ -324,17 +324,19 @@ class TokenEpisode:
         except Exception as exc:  # noqa: BLE001 - isolated to this episode and recorded (see the module docstring)
             self._fail(f"the environment failed on turn {len(self.turns) + 1}: {type(exc).__name__}: {exc}")
             observation, reward, terminated, truncated, info = [], 0.0, False, True, {"error": self.error}
-        self.turns.append({
-            **self._pending,
-            "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in parsed.tool_calls],
-            "parse_errors": list(parsed.errors),
-            "env_messages": observation,
-            "env_message_ids": (),
-            "reward": float(reward),
-            "terminated": bool(terminated),
-            "truncated": bool(truncated),
-            "info": info,
-        })
+        self.turns.append(
+            {
+                **self._pending,
+                "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in parsed.tool_calls],
+                "parse_errors": list(parsed.errors),
+                "env_messages": observation,
+                "env_message_ids": (),
+                "reward": float(reward),
+                "terminated": bool(terminated),
+                "truncated": bool(truncated),
+                "info": info,
+            }
+        )
         self._pending = {}
         if self.error is not None:
             return None
@@ -428,7 +430,13 @@ class TokenEpisode:
         if self.error is not None:
             counts = self.env.unwrapped.counts
             return EpisodeOutcome(
-                reward=0.0, success=False, reason=self.error, turns=len(self.turns), terminated=False, truncated=True,
-                format_errors=int(counts["format_errors"]), tool_errors=int(counts["tool_errors"]),
+                reward=0.0,
+                success=False,
+                reason=self.error,
+                turns=len(self.turns),
+                terminated=False,
+                truncated=True,
+                format_errors=int(counts["format_errors"]),
+                tool_errors=int(counts["tool_errors"]),
             )
         return episode_outcome(self.env)

@@ -225,8 +225,9 @@ def print_report(summary: Mapping[str, Any], console: Any = None) -> None:
     if summary.get("per_difficulty"):
         levels = Table("difficulty", "episodes", "success", "95% CI", "mean reward", "mean turns", title="per difficulty")
         for level, m in summary["per_difficulty"].items():
-            levels.add_row(level, str(m["episodes"]), _format(m["success_rate"]), _format(m["success_ci95"]),
-                           _format(m["mean_reward"]), _format(m["mean_turns"]))
+            levels.add_row(
+                level, str(m["episodes"]), _format(m["success_rate"]), _format(m["success_ci95"]), _format(m["mean_reward"]), _format(m["mean_turns"])
+            )
         console.print(levels)
     timing = summary.get("timing")
     if timing:

@@ -18,7 +18,19 @@ import gymnasium as gym
 from agentgym.parsing import format_tool_call, parse_action
 from agentgym.rollout import assistant_turns, make_policy, replay, run_episode
 
-__all__ = ["Scenario", "Turns", "build_labelled", "calls_in", "edit_calls", "first_arguments", "insert_after", "keep", "prepend_malformed_turn", "to_openai_messages", "without_calls"]
+__all__ = [
+    "Scenario",
+    "Turns",
+    "build_labelled",
+    "calls_in",
+    "edit_calls",
+    "first_arguments",
+    "insert_after",
+    "keep",
+    "prepend_malformed_turn",
+    "to_openai_messages",
+    "without_calls",
+]
 
 Turns = list[Any]
 Transform = Callable[[Turns, dict[str, Any]], Turns]
@@ -108,11 +120,15 @@ def to_openai_messages(turns: Turns, task: dict[str, Any]) -> Turns:
     out = []
     for i, turn in enumerate(turns):
         calls = parse_action(turn).tool_calls
-        out.append({
-            "role": "assistant",
-            "content": None,
-            "tool_calls": [{"id": f"oa_{i}_{j}", "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for j, c in enumerate(calls)],
-        })
+        out.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"oa_{i}_{j}", "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for j, c in enumerate(calls)
+                ],
+            }
+        )
     return out
 
 

@@ -15,7 +15,18 @@ from typing import Any, Protocol
 
 from agentgym.parsing import format_tool_call
 
-__all__ = ["AnswerSpamPolicy", "DoNothingPolicy", "FormatOnlyPolicy", "Policy", "RandomPolicy", "ReplayPolicy", "Script", "ScriptedPolicy", "ToolSpamPolicy", "sample_arguments"]
+__all__ = [
+    "AnswerSpamPolicy",
+    "DoNothingPolicy",
+    "FormatOnlyPolicy",
+    "Policy",
+    "RandomPolicy",
+    "ReplayPolicy",
+    "Script",
+    "ScriptedPolicy",
+    "ToolSpamPolicy",
+    "sample_arguments",
+]
 
 
 class Policy(Protocol):
@@ -161,7 +172,7 @@ class RandomPolicy(_SchemaPolicy):
             calls.append(format_tool_call(spec["name"], sample_arguments(spec["parameters"], rng, wrong_type_rate=0.1, drop_rate=0.15)))
         return "\n".join(calls)
 
-    def _text(self, n: int, alphabet: str = string.ascii_letters + string.digits + " .,{}\"") -> str:
+    def _text(self, n: int, alphabet: str = string.ascii_letters + string.digits + ' .,{}"') -> str:
         return "".join(self._rng.choice(alphabet) for _ in range(n))
 
 

@@ -261,11 +261,7 @@ def _plan(config: RolloutConfig, available: Sequence[str]) -> list[_Planned]:
             return int(np.random.SeedSequence([config.seed, group, member]).generate_state(1)[0] >> 1)
         return config.seed + group
 
-    return [
-        _Planned(g * config.group_size + m, g, m, task_id, env_seed(g, m))
-        for g, task_id in enumerate(tasks)
-        for m in range(config.group_size)
-    ]
+    return [_Planned(g * config.group_size + m, g, m, task_id, env_seed(g, m)) for g, task_id in enumerate(tasks) for m in range(config.group_size)]
 
 
 class RolloutRunner:
@@ -387,8 +383,7 @@ class _Run:
         observations = list(self.pool.map(reset, starting))
         tock = time.perf_counter()
         started = [
-            _Live(plan, TokenEpisode(env, observation, self.renderer, self.config))
-            for (plan, env), observation in zip(starting, observations, strict=True)
+            _Live(plan, TokenEpisode(env, observation, self.renderer, self.config)) for (plan, env), observation in zip(starting, observations, strict=True)
         ]
         self.timing.env_s += tock - tick
         self.timing.render_s += time.perf_counter() - tock
@@ -450,15 +445,25 @@ class _Run:
         """An episode record from the driver's side alone, in the environment's record format."""
         config = self.config
         return {
-            "env_id": config.env_id, "env_version": None, "env_kwargs": {}, "task_id": plan.task_id, "split": config.split,
-            "seed": plan.env_seed, "messages": episode.messages(), "steps": [], "reward": 0.0, "reward_components": {},
-            "reward_reason": "", "success": False, "turns": len(episode.turns), "terminated": False, "truncated": True,
+            "env_id": config.env_id,
+            "env_version": None,
+            "env_kwargs": {},
+            "task_id": plan.task_id,
+            "split": config.split,
+            "seed": plan.env_seed,
+            "messages": episode.messages(),
+            "steps": [],
+            "reward": 0.0,
+            "reward_components": {},
+            "reward_reason": "",
+            "success": False,
+            "turns": len(episode.turns),
+            "terminated": False,
+            "truncated": True,
         }
 
 
-def run_rollouts(
-    backend: GenerationBackend, config: RolloutConfig, *, progress: ProgressFn | None = None
-) -> list[Episode]:
+def run_rollouts(backend: GenerationBackend, config: RolloutConfig, *, progress: ProgressFn | None = None) -> list[Episode]:
     """Play ``config.num_tasks × config.group_size`` episodes concurrently.
 
     The backend generates every episode's turns as a stream (see the module docstring); the

@@ -177,24 +177,42 @@ def _checks(records, results, reward, env_id, episodes, reward_spec) -> list[Che
     probes: dict[str, list[float]] = {}
     oracle = [_as_result(reward(r)) for r in rollout(env_id, "oracle", episodes=episodes, split=split)]
     top = max(oracle, key=lambda r: r.score).score
-    checks = [Check("oracle_max", all(_passed(r) for r in oracle) and min(r.score for r in oracle) >= top,
-                    f"oracle scores {min(r.score for r in oracle):.3f}..{top:.3f} over {len(oracle)} episodes, all passed: {all(_passed(r) for r in oracle)}")]
+    checks = [
+        Check(
+            "oracle_max",
+            all(_passed(r) for r in oracle) and min(r.score for r in oracle) >= top,
+            f"oracle scores {min(r.score for r in oracle):.3f}..{top:.3f} over {len(oracle)} episodes, all passed: {all(_passed(r) for r in oracle)}",
+        )
+    ]
     for name in CANARIES:
         probes[name] = [_as_result(reward(r)) for r in rollout(env_id, name, episodes=episodes, split=split)]
     honest = [res.score for rec, res in zip(records, results, strict=False) if rec["label"]["pass"] and rec["label"].get("kind", "success") == "success"]
     floor = max(0.0, min((res.score for rec, res in zip(records, results, strict=False) if not rec["label"]["pass"]), default=0.0))
     canary_bad = {n: max(r.score for r in rs) for n, rs in probes.items() if any(_passed(r) or r.score > floor for r in rs)}
-    checks.append(Check("canary_floor", not canary_bad,
-                        "every canary at the floor" if not canary_bad else f"canaries above the floor {floor:.3f}: {canary_bad}"))
+    checks.append(
+        Check("canary_floor", not canary_bad, "every canary at the floor" if not canary_bad else f"canaries above the floor {floor:.3f}: {canary_bad}")
+    )
     rescored = _score_elsewhere(records, reward_spec)
     mismatches = [r["task_id"] for r, a, b in zip(records, results, rescored, strict=False) if a.score != b]
-    checks.append(Check("verifier_determinism", not mismatches,
-                        f"{len(records)} records rescored in 2 other processes: identical" if not mismatches else f"scores differ for {mismatches[:5]}"))
+    checks.append(
+        Check(
+            "verifier_determinism",
+            not mismatches,
+            f"{len(records)} records rescored in 2 other processes: identical" if not mismatches else f"scores differ for {mismatches[:5]}",
+        )
+    )
     hacks = [res.score for rec, res in zip(records, results, strict=False) if rec["label"].get("kind") == "hack"]
     probe_scores = hacks + [r.score for rs in probes.values() for r in rs]
     gap = (min(honest) - max(probe_scores)) if honest and probe_scores else math.nan
-    checks.append(Check("gameability_gap", bool(honest) and gap > 0,
-                        f"lowest honest success {min(honest):.3f} vs highest probe {max(probe_scores):.3f} (gap {gap:.3f})" if honest else "no labelled honest successes to compare with"))
+    checks.append(
+        Check(
+            "gameability_gap",
+            bool(honest) and gap > 0,
+            f"lowest honest success {min(honest):.3f} vs highest probe {max(probe_scores):.3f} (gap {gap:.3f})"
+            if honest
+            else "no labelled honest successes to compare with",
+        )
+    )
     return checks
 
 
@@ -217,7 +235,7 @@ def _check_label(index: int, record: dict[str, Any]) -> None:
     label = record.get("label")
     where = f"record {index} ({record.get('task_id', '?')})"
     if not isinstance(label, dict) or not isinstance(label.get("pass"), bool):
-        raise ValueError(f"{where}: needs a label {{\"pass\": true|false, \"justification\": ...}}")
+        raise ValueError(f'{where}: needs a label {{"pass": true|false, "justification": ...}}')
     if not isinstance(label.get("justification"), str) or not label["justification"].strip():
         raise ValueError(f"{where}: the label needs a one-line justification")
     if label.get("kind", "success") not in LABEL_KINDS:

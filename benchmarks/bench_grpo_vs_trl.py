@@ -56,8 +56,17 @@ def build_batch(env_id: str, tasks: int, group_size: int, tokenizer: Any, max_tu
         for member in range(group_size):
             policy = "oracle" if member % 2 == 0 else "random"
             record = run_episode(env, make_policy(env, policy, member), seed=member, task_id=task_id, policy_name=policy)
-            episodes.append(Episode(record=record, trajectory=record_to_trajectory(record, renderer), group=group,
-                                    reward=float(record["reward"]), stop_reason="done", turns=[], member=member))
+            episodes.append(
+                Episode(
+                    record=record,
+                    trajectory=record_to_trajectory(record, renderer),
+                    group=group,
+                    reward=float(record["reward"]),
+                    stop_reason="done",
+                    turns=[],
+                    member=member,
+                )
+            )
     env.close()
     return episodes
 
@@ -66,14 +75,25 @@ def time_ours(model: torch.nn.Module, episodes: list[Episode], args: argparse.Na
     """Step times of :func:`grpo_update` and the first step's gradient norm (before clipping)."""
     model = copy.deepcopy(model)
     reference = Reference(model)
-    grpo = GRPOSection(loss_agg="seq-mean-token-mean", kl_coef=args.beta, clip_eps=0.2, micro_batch_size=args.micro_batch,
-                       share_prefix=share_prefix)
+    grpo = GRPOSection(loss_agg="seq-mean-token-mean", kl_coef=args.beta, clip_eps=0.2, micro_batch_size=args.micro_batch, share_prefix=share_prefix)
     optimizer, scheduler = make_optimizer(model, OptimSection(lr=args.lr, max_grad_norm=1.0), total_steps=args.steps + 1)
     times, first_norm = [], float("nan")
     for step in range(args.steps + 1):
         start = time.perf_counter()
-        metrics = grpo_update(model, reference, optimizer, scheduler, episodes, grpo, group_size=args.group_size,
-                              temperature=1.0, pad_token_id=0, max_len=4096, max_grad_norm=1.0, shuffle_seed=step)
+        metrics = grpo_update(
+            model,
+            reference,
+            optimizer,
+            scheduler,
+            episodes,
+            grpo,
+            group_size=args.group_size,
+            temperature=1.0,
+            pad_token_id=0,
+            max_len=4096,
+            max_grad_norm=1.0,
+            shuffle_seed=step,
+        )
         elapsed = time.perf_counter() - start
         if step == 0:
             first_norm = metrics["optim/grad_norm"]
@@ -127,21 +147,44 @@ def time_trl(model_dir: str, tokenizer: Any, episodes: list[Episode], args: argp
     longest = max(len(e.trajectory.token_ids) - e.trajectory.prompt_length for e in episodes)
     with tempfile.TemporaryDirectory() as out_dir:
         config = GRPOConfig(
-            output_dir=out_dir, use_cpu=True, bf16=False, report_to="none", save_strategy="no", logging_steps=1,
-            max_steps=args.steps + 1, per_device_train_batch_size=args.micro_batch, num_generations=args.group_size,
+            output_dir=out_dir,
+            use_cpu=True,
+            bf16=False,
+            report_to="none",
+            save_strategy="no",
+            logging_steps=1,
+            max_steps=args.steps + 1,
+            per_device_train_batch_size=args.micro_batch,
+            num_generations=args.group_size,
             # One generation batch = the whole batch; one optimiser step accumulates its micro-batches.
-            gradient_accumulation_steps=len(episodes) // args.micro_batch, steps_per_generation=len(episodes) // args.micro_batch,
-            learning_rate=args.lr, lr_scheduler_type="constant", warmup_steps=0,
-            weight_decay=0.0, max_grad_norm=1.0, beta=args.beta, epsilon=0.2, loss_type="grpo", scale_rewards="group",
-            num_iterations=1, max_completion_length=longest, disable_dropout=True, seed=0, dataloader_num_workers=0,
+            gradient_accumulation_steps=len(episodes) // args.micro_batch,
+            steps_per_generation=len(episodes) // args.micro_batch,
+            learning_rate=args.lr,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            weight_decay=0.0,
+            max_grad_norm=1.0,
+            beta=args.beta,
+            epsilon=0.2,
+            loss_type="grpo",
+            scale_rewards="group",
+            num_iterations=1,
+            max_completion_length=longest,
+            disable_dropout=True,
+            seed=0,
+            dataloader_num_workers=0,
             shuffle_dataset=False,  # every step sees each group once, as ours does
             gradient_checkpointing=False,  # TRL's default trades compute for memory; ours does not checkpoint
         )
         timer = Timer()
         trainer = GRPOTrainer(
-            model=model_dir, reward_funcs=reward, args=config, processing_class=tokenizer,
+            model=model_dir,
+            reward_funcs=reward,
+            args=config,
+            processing_class=tokenizer,
             train_dataset=Dataset.from_list([{"prompt": name} for name in groups] * (args.steps + 1) * args.group_size),
-            rollout_func=rollout_func, callbacks=[timer],
+            rollout_func=rollout_func,
+            callbacks=[timer],
         )
         trainer.train()
     norms = [h["grad_norm"] for h in trainer.state.log_history if "grad_norm" in h]
@@ -173,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     model, tokenizer = load_model(args.model, device="cpu", dtype="float32")
     episodes = build_batch(args.env, args.tasks, args.group_size, tokenizer, args.max_turns)
     lengths = [len(e.trajectory.token_ids) for e in episodes]
-    print(f"batch: {len(episodes)} trajectories of {min(lengths)}-{max(lengths)} tokens "
-          f"({sum(sum(e.trajectory.loss_mask) for e in episodes)} loss tokens), rewards {[round(e.reward, 2) for e in episodes]}")
+    print(
+        f"batch: {len(episodes)} trajectories of {min(lengths)}-{max(lengths)} tokens "
+        f"({sum(sum(e.trajectory.loss_mask) for e in episodes)} loss tokens), rewards {[round(e.reward, 2) for e in episodes]}"
+    )
     print(f"trl {trl.__version__}, torch {torch.__version__}, {torch.get_num_threads()} thread(s)")
 
     with tempfile.TemporaryDirectory() as model_dir:

@@ -116,11 +116,13 @@ class ToolCalls:
             headers = {"Authorization": f"Bearer {token}"}
             ticket = next(iter(env.session.world.tickets))
             # A realistic mix: a single record, a filtered page, an update.
-            self._actions.append([
-                format_tool_call("http_request", {"method": "GET", "path": f"/tickets/{ticket}", "headers": headers}),
-                format_tool_call("http_request", {"method": "GET", "path": "/tickets", "query": {"status": "open", "per_page": 5}, "headers": headers}),
-                format_tool_call("http_request", {"method": "PATCH", "path": f"/tickets/{ticket}", "body": {"priority": "high"}, "headers": headers}),
-            ])
+            self._actions.append(
+                [
+                    format_tool_call("http_request", {"method": "GET", "path": f"/tickets/{ticket}", "headers": headers}),
+                    format_tool_call("http_request", {"method": "GET", "path": "/tickets", "query": {"status": "open", "per_page": 5}, "headers": headers}),
+                    format_tool_call("http_request", {"method": "PATCH", "path": f"/tickets/{ticket}", "body": {"priority": "high"}, "headers": headers}),
+                ]
+            )
 
     def run(self, calls: int) -> tuple[list[float], float]:
         def worker(env: MockApiEnv, mix: list[str]) -> Callable[[], list[float]]:
@@ -174,11 +176,19 @@ def main(argv: list[str] | None = None) -> None:
     for concurrency in (int(c) for c in args.concurrency.split(",")):
         calls = args.calls or max(20, 3000 // concurrency)
         tool, base = measure(concurrency, calls, max(1, args.rounds))
-        row = {"episodes": concurrency, "calls_per_episode": calls, "tool": tool, "baseline": base,
-               "p50_ratio": tool["p50_ms"] / base["p50_ms"], "throughput_ratio": tool["calls_per_s"] / base["calls_per_s"]}
+        row = {
+            "episodes": concurrency,
+            "calls_per_episode": calls,
+            "tool": tool,
+            "baseline": base,
+            "p50_ratio": tool["p50_ms"] / base["p50_ms"],
+            "throughput_ratio": tool["calls_per_s"] / base["calls_per_s"],
+        }
         results.append(row)
-        print(f"{concurrency:>8} | {tool['p50_ms']:>11.3f} {tool['p99_ms']:>8.2f} {tool['calls_per_s']:>8.0f} | "
-              f"{base['p50_ms']:>10.3f} {base['p99_ms']:>8.2f} {base['calls_per_s']:>8.0f} | {row['p50_ratio']:>6.2f} {row['throughput_ratio']:>6.2f}")
+        print(
+            f"{concurrency:>8} | {tool['p50_ms']:>11.3f} {tool['p99_ms']:>8.2f} {tool['calls_per_s']:>8.0f} | "
+            f"{base['p50_ms']:>10.3f} {base['p99_ms']:>8.2f} {base['calls_per_s']:>8.0f} | {row['p50_ratio']:>6.2f} {row['throughput_ratio']:>6.2f}"
+        )
     print("tool = env.step with one http_request (parse, validate, httpx, server, render); raw = httpx GET to a trivial stdlib endpoint.")
     print("p50 x = tool p50 / raw p50; rate x = tool calls/s / raw calls/s (same run, same threads).")
     if args.json:

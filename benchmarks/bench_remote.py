@@ -103,6 +103,7 @@ def main() -> None:
         return lambda: gym.make("agentgym/Ray-v0", env_id=env_id, pool=pool, max_turns=100_000, **kwargs)
 
     with EnvServer() as server:
+
         def remote(env_id: str, **kwargs: object) -> Callable[[], gym.Env]:
             return lambda: gym.make("agentgym/Remote-v0", url=server.url, env_id=env_id, max_turns=100_000, **kwargs)
 

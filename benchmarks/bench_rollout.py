@@ -117,16 +117,22 @@ def main() -> None:
                 best[mode] = result
 
     episodes = args.tasks * args.group_size
-    print(f"{args.env} ({args.split}): {episodes} episodes ({args.tasks} tasks x {args.group_size}), "
-          f"max {args.max_turns} turns x {args.max_new_tokens} tokens, temperature {args.temperature}")
-    print(f"{'mode':<9} {'wall s':>8} {'tokens':>7} {'tok/s':>8} {'prefill':>8} {'decode':>7} {'envs':>6} "
-          f"{'render':>7} {'reused':>7} {'peak MiB':>9} {'success':>8}")
+    print(
+        f"{args.env} ({args.split}): {episodes} episodes ({args.tasks} tasks x {args.group_size}), "
+        f"max {args.max_turns} turns x {args.max_new_tokens} tokens, temperature {args.temperature}"
+    )
+    print(
+        f"{'mode':<9} {'wall s':>8} {'tokens':>7} {'tok/s':>8} {'prefill':>8} {'decode':>7} {'envs':>6} "
+        f"{'render':>7} {'reused':>7} {'peak MiB':>9} {'success':>8}"
+    )
     for mode in args.modes:
         row = best[mode]
         reused = row["reused_tokens"] / row["prompt_tokens"] if row["prompt_tokens"] else 0.0
-        print(f"{mode:<9} {row['wall_s']:>8.2f} {row['sampled_tokens']:>7} {row['tokens_per_s']:>8.2f} "
-              f"{row['prefill_share']:>8.1%} {row['decode_share']:>7.1%} {row['env_share']:>6.1%} "
-              f"{row['render_share']:>7.1%} {reused:>7.1%} {row['peak_rss_mib']:>9.0f} {row['successes']:>4}/{episodes}")
+        print(
+            f"{mode:<9} {row['wall_s']:>8.2f} {row['sampled_tokens']:>7} {row['tokens_per_s']:>8.2f} "
+            f"{row['prefill_share']:>8.1%} {row['decode_share']:>7.1%} {row['env_share']:>6.1%} "
+            f"{row['render_share']:>7.1%} {reused:>7.1%} {row['peak_rss_mib']:>9.0f} {row['successes']:>4}/{episodes}"
+        )
     summary: dict[str, Any] = {"config": {k: v for k, v in vars(args).items() if k != "json"}}
     if set(MODES) <= set(best):
         fast, slow = best["cache"], best["no-cache"]
@@ -136,8 +142,10 @@ def main() -> None:
             peak_memory_ratio=fast["peak_rss_mib"] / slow["peak_rss_mib"],
             identical_trajectories=identical,
         )
-        print(f"cache / no-cache: throughput {summary['throughput_ratio']:.2f}x, peak memory "
-              f"{summary['peak_memory_ratio']:.2f}x; token-identical trajectories: {identical}/{episodes}")
+        print(
+            f"cache / no-cache: throughput {summary['throughput_ratio']:.2f}x, peak memory "
+            f"{summary['peak_memory_ratio']:.2f}x; token-identical trajectories: {identical}/{episodes}"
+        )
     print("(prefill and decode shares are measured inside the engine, so the no-cache mode shows none)")
     if args.json:
         summary["modes"] = [{k: v for k, v in best[m].items() if k != "trajectories"} for m in args.modes]

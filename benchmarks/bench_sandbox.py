@@ -228,8 +228,13 @@ def grade_humaneval(path: str) -> dict[str, float]:
             passed += terminated and reward == 1.0
         wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
         m = Measurement(len(records), wall, latencies, cpu)
-        results |= {f"{kind}_passed": passed, f"{kind}_per_s": round(m.per_s, 1), f"{kind}_p50_ms": round(m.percentile(0.5), 2),
-                    f"{kind}_p99_ms": round(m.percentile(0.99), 2), f"{kind}_cpu_ms": round(cpu / len(records) * 1e3, 2)}
+        results |= {
+            f"{kind}_passed": passed,
+            f"{kind}_per_s": round(m.per_s, 1),
+            f"{kind}_p50_ms": round(m.percentile(0.5), 2),
+            f"{kind}_p99_ms": round(m.percentile(0.99), 2),
+            f"{kind}_cpu_ms": round(cpu / len(records) * 1e3, 2),
+        }
     env.close()
     return results
 
@@ -261,16 +266,17 @@ def main() -> None:
         env_rows = [row(level, *alternate(level, args.env_runs, args.plain_runs, args.slices, EnvWorker)) for level in (1, 2)]
         print_table("env.step(run_python), CodeExec-v0", env_rows)
         scaling = env_rows[1]["per_s"] / env_rows[0]["per_s"]
-        print(f"concurrency 1: {env_rows[0]['ratio']:.1f}x plain python -c (target >= 10x); "
-              f"concurrency 2 / concurrency 1: {scaling:.2f}x (target >= 1.8x)")
+        print(f"concurrency 1: {env_rows[0]['ratio']:.1f}x plain python -c (target >= 10x); concurrency 2 / concurrency 1: {scaling:.2f}x (target >= 1.8x)")
         report |= {"env": env_rows, "env_scaling": round(scaling, 2)}
 
     if args.humaneval:
         he = grade_humaneval(args.humaneval)
         print(f"\nHumanEval through CodeExec submit, sequential, {he['tasks']:.0f} tasks")
         for kind in ("canonical", "empty"):
-            print(f"{kind:>9}: {he[f'{kind}_passed']:.0f} passed, {he[f'{kind}_per_s']} tasks/s, p50 {he[f'{kind}_p50_ms']} ms, "
-                  f"p99 {he[f'{kind}_p99_ms']} ms, cpu {he[f'{kind}_cpu_ms']} ms/task")
+            print(
+                f"{kind:>9}: {he[f'{kind}_passed']:.0f} passed, {he[f'{kind}_per_s']} tasks/s, p50 {he[f'{kind}_p50_ms']} ms, "
+                f"p99 {he[f'{kind}_p99_ms']} ms, cpu {he[f'{kind}_cpu_ms']} ms/task"
+            )
         print("target: >= 150 tasks/s with all canonical passing and every bare prompt failing")
         report["humaneval"] = he
 

@@ -82,8 +82,14 @@ def soak(duration: float, episodes: int, fault_rate: float, checkpoints: int) ->
     # The first half is the warm-up (world cache, allocator arenas); a leak keeps growing after it.
     mid = trend[len(trend) // 2 - 1] if len(trend) > 1 else end
     return {
-        "before": before, "mid": mid, "end": end, "after_close": after, "trend": trend, "errors": errors,
-        "elapsed_s": elapsed, **totals,
+        "before": before,
+        "mid": mid,
+        "end": end,
+        "after_close": after,
+        "trend": trend,
+        "errors": errors,
+        "elapsed_s": elapsed,
+        **totals,
         "leaked_threads": after["threads"] - before["threads"],
         "leaked_sockets": after["sockets"] - before["sockets"],
         "rss_growth_second_half_mib": end["rss_mib"] - mid["rss_mib"],
@@ -103,10 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     for label in ("before", "mid", "end", "after_close"):
         s = r[label]
         print(f"{label:>12}: threads={s['threads']:>4} sockets={s['sockets']:>4} rss={s['rss_mib']:.1f} MiB")
-    print(f"episodes {r['episodes']} (solved {r['solved']}), API calls {r['calls']}, {r['calls'] / r['elapsed_s']:.0f} calls/s, "
-          f"{r['episodes'] / r['elapsed_s']:.1f} episodes/s over {r['elapsed_s']:.0f} s")
-    print(f"leaked threads {r['leaked_threads']}, leaked sockets {r['leaked_sockets']}, "
-          f"RSS growth over the second half {r['rss_growth_second_half_mib']:+.1f} MiB")
+    print(
+        f"episodes {r['episodes']} (solved {r['solved']}), API calls {r['calls']}, {r['calls'] / r['elapsed_s']:.0f} calls/s, "
+        f"{r['episodes'] / r['elapsed_s']:.1f} episodes/s over {r['elapsed_s']:.0f} s"
+    )
+    print(
+        f"leaked threads {r['leaked_threads']}, leaked sockets {r['leaked_sockets']}, "
+        f"RSS growth over the second half {r['rss_growth_second_half_mib']:+.1f} MiB"
+    )
     failures = list(r["errors"])
     if r["leaked_threads"] > 0 or r["leaked_sockets"] > 0:
         failures.append("threads or sockets outlived the environments")

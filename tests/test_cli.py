@@ -53,7 +53,13 @@ def test_errors_are_one_clear_line(tmp_path, args, fragment):
 
 
 def test_argument_errors_are_usage_errors(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "agentgym.cli", "rollout", "agentgym/Refund-v0", "--episodes", "0", "--out", "x.jsonl"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "agentgym.cli", "rollout", "agentgym/Refund-v0", "--episodes", "0", "--out", "x.jsonl"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
     assert result.returncode == 2 and "must be at least 1" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "x.jsonl").exists()
 

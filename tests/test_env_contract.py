@@ -48,7 +48,12 @@ def test_bad_turns_become_error_observations(env_id, make_env):
     env = make_env(env_id)
     env.reset(seed=0)
     name = env.unwrapped.tools[0]["function"]["name"]
-    for action in ["<tool_call>{", '<tool_call>{"name": "no_such_tool"}</tool_call>', f'<tool_call>{{"name": "{name}", "arguments": {{"zzz": 1}}}}</tool_call>', {"role": "assistant", "tool_calls": [{}]}]:
+    for action in [
+        "<tool_call>{",
+        '<tool_call>{"name": "no_such_tool"}</tool_call>',
+        f'<tool_call>{{"name": "{name}", "arguments": {{"zzz": 1}}}}</tool_call>',
+        {"role": "assistant", "tool_calls": [{}]},
+    ]:
         observation, reward, terminated, truncated, info = env.step(action)
         assert observation and observation[0]["content"].startswith("Error:")
         assert info["turn_format_errors"] >= 1

@@ -47,8 +47,17 @@ def test_wilson_interval_rejects_bad_input(args) -> None:
         wilson_interval(*args)
 
 
-def fake_episode(*, success: bool, difficulty: str | None, counts: dict[str, int], turns: int, sampled: int, stop: str = "done",
-                 components: dict[str, float] | None = None, task_id: str = "t0") -> Episode:
+def fake_episode(
+    *,
+    success: bool,
+    difficulty: str | None,
+    counts: dict[str, int],
+    turns: int,
+    sampled: int,
+    stop: str = "done",
+    components: dict[str, float] | None = None,
+    task_id: str = "t0",
+) -> Episode:
     segments = [Segment("prompt", 0, (1, 2, 3), None, 0), Segment("sampled", 3, tuple(range(sampled)), (-0.5,) * sampled, 0)]
     trajectory = Trajectory.from_dict({"segments": [asdict(s) for s in segments], "messages": [], "prefix_stable": True})
     reward = 1.0 if success else 0.25
@@ -67,10 +76,12 @@ def fake_episode(*, success: bool, difficulty: str | None, counts: dict[str, int
 
 def test_eval_metrics() -> None:
     episodes = [
-        fake_episode(success=True, difficulty="hard", counts={"tool_calls": 3, "tool_errors": 1}, turns=4, sampled=5,
-                     components={"correct": 1.0, "format": 1.0}),
-        fake_episode(success=False, difficulty="easy", counts={"tool_calls": 1, "format_errors": 2}, turns=2, sampled=7,
-                     stop="max_turns", components={"correct": 0.0}),
+        fake_episode(
+            success=True, difficulty="hard", counts={"tool_calls": 3, "tool_errors": 1}, turns=4, sampled=5, components={"correct": 1.0, "format": 1.0}
+        ),
+        fake_episode(
+            success=False, difficulty="easy", counts={"tool_calls": 1, "format_errors": 2}, turns=2, sampled=7, stop="max_turns", components={"correct": 0.0}
+        ),
         fake_episode(success=False, difficulty="easy", counts={}, turns=2, sampled=3, stop="token_budget"),
         fake_episode(success=True, difficulty="expert", counts={"cache_hits": 3, "cache_misses": 1}, turns=2, sampled=1),
     ]
@@ -133,8 +144,25 @@ def one_thread() -> Any:
 
 def test_eval_and_inspect_with_the_default_model(tmp_path, capsys, default_tokenizer, one_thread) -> None:
     out = tmp_path / "eval.jsonl"
-    args = ["eval", "agentgym/SearchQA-v0", "--episodes", "1", "--group-size", "2", "--max-turns", "1",
-            "--max-new-tokens", "4", "--seed", "3", "--device", "cpu", "--out", str(out), "--json"]
+    args = [
+        "eval",
+        "agentgym/SearchQA-v0",
+        "--episodes",
+        "1",
+        "--group-size",
+        "2",
+        "--max-turns",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--seed",
+        "3",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--json",
+    ]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["env"] == "agentgym/SearchQA-v0" and summary["split"] == "test" and summary["episodes"] == 2
@@ -166,8 +194,18 @@ def test_eval_through_a_server(fake_server, default_tokenizer, capsys) -> None:
     task_ids = env.unwrapped.task_ids[:2]
     env.close()
     fake_server.responder = OracleScript("agentgym/SQL-v0", task_ids, default_tokenizer).respond
-    common = ["eval", "agentgym/SQL-v0", "--backend", "openai", "--base-url", fake_server.base_url,
-              "--episodes", "2", "--env-kwargs", json.dumps({"task_ids": task_ids})]
+    common = [
+        "eval",
+        "agentgym/SQL-v0",
+        "--backend",
+        "openai",
+        "--base-url",
+        fake_server.base_url,
+        "--episodes",
+        "2",
+        "--env-kwargs",
+        json.dumps({"task_ids": task_ids}),
+    ]
     assert main([*common, "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["success_rate"] == 1.0 and summary["mean_reward"] == 1.0 and summary["stop_reasons"] == {"done": 2}
@@ -182,8 +220,25 @@ def test_eval_through_a_server(fake_server, default_tokenizer, capsys) -> None:
 def test_tau_bench_style_eval_with_trials(fake_server, default_tokenizer, capsys) -> None:
     task_ids = ["retail-test-0", "retail-test-1"]
     fake_server.responder = OracleScript("agentgym/TauRetail-v0", task_ids, default_tokenizer).respond
-    args = ["eval", "agentgym/TauRetail-v0", "--backend", "openai", "--base-url", fake_server.base_url, "--split", "test",
-            "--task-ids", *task_ids, "--num-trials", "2", "--temperature", "0", "--max-new-tokens", "512", "--json"]
+    args = [
+        "eval",
+        "agentgym/TauRetail-v0",
+        "--backend",
+        "openai",
+        "--base-url",
+        fake_server.base_url,
+        "--split",
+        "test",
+        "--task-ids",
+        *task_ids,
+        "--num-trials",
+        "2",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "512",
+        "--json",
+    ]
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["episodes"] == 4 and summary["group_size"] == 2

@@ -25,7 +25,11 @@ _json = st.recursive(
 )
 # What a Python caller may put in a dict action: values JSON cannot carry.
 _python_value = st.one_of(
-    _json, st.sets(st.integers(), max_size=3), st.binary(max_size=4), st.tuples(st.integers()), st.just(object()),
+    _json,
+    st.sets(st.integers(), max_size=3),
+    st.binary(max_size=4),
+    st.tuples(st.integers()),
+    st.just(object()),
     st.integers(4301, 4400).map(lambda n: 10**n),
 )
 
@@ -46,14 +50,18 @@ _bad_text = st.one_of(
     st.integers(10_000, 2_000_000).map(lambda n: "y" * n),  # huge turns
     st.builds(lambda name, nested: f'<tool_call>{{"name": "{name}", "arguments": {{"a": {nested}}}}}</tool_call>', st.sampled_from(_tool_names()), _deep),
     st.text(st.characters(exclude_categories=()), max_size=200),
-    st.builds(lambda name, digits: f'<tool_call>{{"name": "{name}", "arguments": {{"x": {digits}}}}}</tool_call>', st.sampled_from(_tool_names()), _huge_int_literal),
+    st.builds(
+        lambda name, digits: f'<tool_call>{{"name": "{name}", "arguments": {{"x": {digits}}}}}</tool_call>', st.sampled_from(_tool_names()), _huge_int_literal
+    ),
     st.builds(lambda c, junk: f"<tool_call>{json.dumps(c)}</tool_call>{junk}", _call, _any_text),
     st.builds(lambda s: f"<tool_call>{s}</tool_call>", st.text(max_size=100)),
     st.builds(lambda c: f"<tool_call>{json.dumps(c)}</tool_call>", _call),
     st.builds(lambda c: f"<tool_call>{json.dumps(c)}", _call),
     st.builds(lambda a, b: a + "</tool_call>" + b, st.text(max_size=20), st.text(max_size=20)),
 )
-_python_call = st.fixed_dictionaries({"name": st.sampled_from(_tool_names()) | _any_text, "arguments": st.dictionaries(st.text(max_size=8), _python_value, max_size=3)})
+_python_call = st.fixed_dictionaries(
+    {"name": st.sampled_from(_tool_names()) | _any_text, "arguments": st.dictionaries(st.text(max_size=8), _python_value, max_size=3)}
+)
 _string_arguments = st.builds(  # OpenAI-style: arguments as a JSON string, possibly a huge number
     lambda name, digits: {"name": name, "arguments": f'{{"x": {digits}}}'}, st.sampled_from(_tool_names()), _huge_int_literal
 )

@@ -26,7 +26,7 @@ def test_malformed_text_calls_become_errors():
         '<tool_call>{"name": "a", "arguments": [1]}</tool_call>': "must be a JSON object",
         '<tool_call>{"name": "a", "arguments": "{bad"}</tool_call>': "not valid JSON",
         '<tool_call>{"name": "a"}': "unterminated",
-        'text </tool_call>': "without a matching",
+        "text </tool_call>": "without a matching",
         "<tool_call>" + "[" * 100000 + "</tool_call>": "",
     }
     for text, fragment in cases.items():
@@ -68,10 +68,13 @@ def test_numbers_too_long_to_convert_are_format_errors_in_both_formats():
 
 
 def test_arguments_become_json_data_or_an_error():
-    message = {"role": "assistant", "tool_calls": [
-        {"function": {"name": "a", "arguments": {"tags": {1, 2}}}},
-        {"function": {"name": "b", "arguments": {"pair": (1, 2), 3: "x"}}},
-    ]}
+    message = {
+        "role": "assistant",
+        "tool_calls": [
+            {"function": {"name": "a", "arguments": {"tags": {1, 2}}}},
+            {"function": {"name": "b", "arguments": {"pair": (1, 2), 3: "x"}}},
+        ],
+    }
     parsed = parse_action(message)
     assert parsed.errors == ("arguments of 'a' must be JSON values (a value is not JSON: Object of type set is not JSON serializable)",)
     assert [(c.name, c.arguments) for c in parsed.tool_calls] == [("b", {"pair": [1, 2], "3": "x"})]  # as JSON carries them
@@ -82,7 +85,9 @@ def test_unpaired_surrogates_are_replaced_and_reported():
     assert text.content == "bad \ufffd"
     assert [(c.name, c.arguments) for c in text.tool_calls] == [("a\ufffd", {"q": "x\ufffd"})]
     assert len(text.errors) == 1 and "surrogates" in text.errors[0]
-    message = parse_action({"role": "assistant", "content": "\ud83d", "tool_calls": [{"id": "i\ud800", "function": {"name": "a", "arguments": {"q": "\udc00"}}}]})
+    message = parse_action(
+        {"role": "assistant", "content": "\ud83d", "tool_calls": [{"id": "i\ud800", "function": {"name": "a", "arguments": {"q": "\udc00"}}}]}
+    )
     assert message.content == "\ufffd" and message.tool_calls[0].id == "i\ufffd" and message.tool_calls[0].arguments == {"q": "\ufffd"}
     assert len(message.errors) == 1
     for parsed in (text, message):  # everything that leaves the parser encodes

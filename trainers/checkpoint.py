@@ -116,8 +116,7 @@ def restore_checkpoint(
     if set(weights) != expected:
         missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
         raise TrainerError(
-            f"checkpoint {path} does not fit this model: missing {missing[:3]}, unexpected {extra[:3]} "
-            "(resume with the configuration that wrote it)"
+            f"checkpoint {path} does not fit this model: missing {missing[:3]}, unexpected {extra[:3]} (resume with the configuration that wrote it)"
         )
     model.load_state_dict({k: v.to(device) for k, v in weights.items()}, strict=False)
     if optimizer is not None and scheduler is not None and (path / "optimizer.pt").is_file():

@@ -45,10 +45,22 @@ def _arguments(p: argparse.ArgumentParser, *, steps_help: str) -> None:
     p.add_argument("--seed", type=int, help="seed every random choice derives from")
     p.add_argument("--steps", type=int, help=steps_help)
     p.add_argument("--lora", action="store_true", help="train LoRA adapters (needs peft)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="set any option by its dotted name, e.g. --set optim.lr=1e-5 (repeatable)")
-    p.add_argument("--resume", nargs="?", const=True, default=False, metavar="CHECKPOINT",
-                   help="continue the run in the output folder from its newest checkpoint (or CHECKPOINT)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set any option by its dotted name, e.g. --set optim.lr=1e-5 (repeatable)",
+    )
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const=True,
+        default=False,
+        metavar="CHECKPOINT",
+        help="continue the run in the output folder from its newest checkpoint (or CHECKPOINT)",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace an earlier run in the output folder")
     p.add_argument("--no-progress", action="store_true", help="no live progress display")
     p.add_argument("--json", action="store_true", help="print the evaluations as JSON instead of the report")

@@ -333,10 +333,14 @@ def _value_problems(c: TrainConfig) -> list[str]:
 
     need(bool(c.env_id.strip()), "env_id must not be empty")
     need(_DEVICE.fullmatch(c.device) is not None, f"device must be auto, cpu, cuda or cuda:N, got {c.device!r}")
-    need(c.ref_device is None or (_DEVICE.fullmatch(c.ref_device) is not None and c.ref_device != "auto"),
-         f"ref_device must be cpu, cuda or cuda:N (or null for the policy's device), got {c.ref_device!r}")
-    need(c.ref_device is None or not c.lora.enabled,
-         "ref_device does not apply with LoRA: the reference is the policy with its adapters off (leave ref_device out)")
+    need(
+        c.ref_device is None or (_DEVICE.fullmatch(c.ref_device) is not None and c.ref_device != "auto"),
+        f"ref_device must be cpu, cuda or cuda:N (or null for the policy's device), got {c.ref_device!r}",
+    )
+    need(
+        c.ref_device is None or not c.lora.enabled,
+        "ref_device does not apply with LoRA: the reference is the policy with its adapters off (leave ref_device out)",
+    )
     need(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
     r = c.rollout  # RolloutSettings checked its own budgets and sampling values
     need(r.num_tasks >= 1, f"rollout.num_tasks must be >= 1, got {r.num_tasks}")
@@ -357,8 +361,10 @@ def _value_problems(c: TrainConfig) -> list[str]:
         "grpo.old_logprobs='sampling' needs rollout.top_p=1: top-p sampling logprobs are renormalised over "
         "the nucleus, so they are not the policy's logprobs (use 'recompute')",
     )
-    need(not g.train_on_env_tokens or g.old_logprobs == "recompute",
-         "grpo.train_on_env_tokens needs grpo.old_logprobs='recompute' (there are no sampling logprobs for environment tokens)")
+    need(
+        not g.train_on_env_tokens or g.old_logprobs == "recompute",
+        "grpo.train_on_env_tokens needs grpo.old_logprobs='recompute' (there are no sampling logprobs for environment tokens)",
+    )
     for name, o in (("optim", c.optim), ("sft.optim", c.sft.optim)):
         need(o.lr > 0, f"{name}.lr must be > 0, got {o.lr}")
         need(o.weight_decay >= 0, f"{name}.weight_decay must be >= 0, got {o.weight_decay}")

@@ -94,9 +94,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     for e in episodes:
         groups.setdefault(e.group, []).append(e)
     metrics["groups/zero_variance"] = _mean([float(len({m.reward for m in g}) == 1) for g in groups.values()])
-    metrics["groups/identical"] = _mean(
-        [float(len(g) > 1 and len({_sampled(m) for m in g}) == 1) for g in groups.values()]
-    )
+    metrics["groups/identical"] = _mean([float(len(g) > 1 and len({_sampled(m) for m in g}) == 1) for g in groups.values()])
     return metrics
 
 
@@ -177,8 +175,11 @@ class WarningMonitor:
             if c1 - c0 >= self.hacking_rise:
                 name = key.removeprefix("reward/")
                 out.append(
-                    (f"hacking:{name}", f"possible reward hacking: reward {name!r} rose {c0:.2f} -> {c1:.2f} over the last "
-                     f"{self.window} steps while success stayed at {s1:.2f}")
+                    (
+                        f"hacking:{name}",
+                        f"possible reward hacking: reward {name!r} rose {c0:.2f} -> {c1:.2f} over the last "
+                        f"{self.window} steps while success stayed at {s1:.2f}",
+                    )
                 )
         return out
 
@@ -332,7 +333,11 @@ _PANELS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("grpo_policy", "GRPO: KL to reference, entropy", ("policy/kl", "policy/entropy")),
     ("grpo_optim", "GRPO: clip fraction, gradient norm", ("policy/clip_frac", "optim/grad_norm")),
     ("grpo_lengths", "GRPO: response tokens and turns", ("episode/response_tokens", "episode/turns")),
-    ("grpo_errors", "GRPO: error rates, degenerate groups", ("episode/format_error_rate", "episode/tool_error_rate", "groups/zero_variance", "groups/identical")),
+    (
+        "grpo_errors",
+        "GRPO: error rates, degenerate groups",
+        ("episode/format_error_rate", "episode/tool_error_rate", "groups/zero_variance", "groups/identical"),
+    ),
     ("sft", "SFT: loss (mean NLL per assistant token)", ("sft/loss",)),
     ("eval", "Evaluation", ("episode/success_rate", "reward/mean")),
 )

@@ -157,8 +157,7 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None) -> Exper
         config = _ADAPTER.validate_python(data)
     except ValidationError as exc:
         lines = [
-            f"{'.'.join(str(p) for p in e['loc'])}: " + ("unknown option" if e["type"] == "unexpected_keyword_argument" else e["msg"])
-            for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc'])}: " + ("unknown option" if e["type"] == "unexpected_keyword_argument" else e["msg"]) for e in exc.errors()
         ]
         raise ConfigError("invalid experiment configuration:\n  " + "\n  ".join(lines)) from None
     problems = [f"training.{key} is set by the experiment; leave it out" for key in _RESERVED if key in config.training]
@@ -284,8 +283,7 @@ def _train_config(
         sections["sft"]["steps"] = 0
     sections["rollout"].update(split=grpo_split, task_ids=_split_ids(grpo_tasks).get(grpo_split) or None)
     sections["eval"]["enabled"] = False  # the experiment evaluates every arm itself
-    data.update(sections, env_id=config.env_id, seed=seed, output_dir=str(run),
-                model=str(model) if model is not None else config.model)
+    data.update(sections, env_id=config.env_id, seed=seed, output_dir=str(run), model=str(model) if model is not None else config.model)
     for key, value in (change or {}).items():
         data[key] = {**data.get(key, {}), **value} if isinstance(value, Mapping) else value
     if phase == SFT and sft_tasks and _single_split(sft_tasks, "sft_tasks") != grpo_split:
@@ -339,9 +337,19 @@ def _evaluate(
         # The trials of a task are the members of its group, each with its own environment seed,
         # so one batch holds every episode of the split.
         rollout = RolloutConfig(
-            config.env_id, split=split, task_ids=task_ids, group_size=ev.trials, distinct_env_seeds=True, seed=ev.seed,
-            temperature=ev.temperature, max_turns=r.max_turns, max_new_tokens=r.max_new_tokens, max_total_tokens=r.max_total_tokens,
-            template_kwargs=r.template_kwargs, tool_mode=r.tool_mode, env_kwargs=dict(ev.env_kwargs),
+            config.env_id,
+            split=split,
+            task_ids=task_ids,
+            group_size=ev.trials,
+            distinct_env_seeds=True,
+            seed=ev.seed,
+            temperature=ev.temperature,
+            max_turns=r.max_turns,
+            max_new_tokens=r.max_new_tokens,
+            max_total_tokens=r.max_total_tokens,
+            template_kwargs=r.template_kwargs,
+            tool_mode=r.tool_mode,
+            env_kwargs=dict(ev.env_kwargs),
         )
         for episode in RolloutRunner(backend).run(rollout):
             records.append(_eval_record(episode, arm=arm, seed=seed, trial=episode.member, split=split))
@@ -422,8 +430,9 @@ def _commit() -> str | None:
     root = Path(__file__).resolve().parent.parent
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *_CODE], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *_CODE], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("-dirty" if dirty else "")
@@ -452,8 +461,12 @@ def summarize_experiment(out: str | Path) -> dict[str, Any]:
         "commit": started[-1] if started else None,
         "commits": started,
         "seeds": list(config.seeds),
-        "evaluation": {"trials": config.evaluation.trials, "temperature": config.evaluation.temperature,
-                       "env_kwargs": config.evaluation.env_kwargs, "episodes_per_model": len(tasks["eval"]) * config.evaluation.trials},
+        "evaluation": {
+            "trials": config.evaluation.trials,
+            "temperature": config.evaluation.temperature,
+            "env_kwargs": config.evaluation.env_kwargs,
+            "episodes_per_model": len(tasks["eval"]) * config.evaluation.trials,
+        },
         "arms": {arm: _arm_summary(rows, config.evaluation.trials) for arm, rows in episodes.items()},
         "train_task_ids": tasks["grpo"],
         "sft_task_ids": tasks["sft"],
@@ -536,8 +549,15 @@ def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Map
         losses += d < 0
         by_task[r["task_id"]].append(d)
     mean, (low, high) = paired_bootstrap(by_task)
-    return {"mean": mean, "ci": [low, high], "n_pairs": sum(map(len, by_task.values())), "tasks": len(by_task),
-            "wins": wins, "losses": losses, "interval": "95% bootstrap over tasks (10,000 resamples)"}
+    return {
+        "mean": mean,
+        "ci": [low, high],
+        "n_pairs": sum(map(len, by_task.values())),
+        "tasks": len(by_task),
+        "wins": wins,
+        "losses": losses,
+        "interval": "95% bootstrap over tasks (10,000 resamples)",
+    }
 
 
 def _curves(out: Path, arm: str, seeds: Sequence[int]) -> dict[str, dict[str, list[float]]]:
@@ -584,8 +604,13 @@ def _plots(summary: Mapping[str, Any], folder: Path) -> list[Path]:
     fig.savefig(path)
     plt.close(fig)
     written.append(path)
-    for key, title in (("episode/success_rate", "GRPO training rollouts: success"), ("reward/mean", "GRPO training rollouts: mean reward"),
-                       ("policy/entropy", "policy entropy (nats per token)"), ("policy/kl", "KL to the reference"), ("episode/turns", "turns per episode")):
+    for key, title in (
+        ("episode/success_rate", "GRPO training rollouts: success"),
+        ("reward/mean", "GRPO training rollouts: mean reward"),
+        ("policy/entropy", "policy entropy (nats per token)"),
+        ("policy/kl", "KL to the reference"),
+        ("episode/turns", "turns per episode"),
+    ):
         series = {arm: {seed: c[key] for seed, c in curves.items() if key in c} for arm, curves in summary["grpo_curves"].items()}
         series = {arm: s for arm, s in series.items() if s}
         if not series:
@@ -616,7 +641,8 @@ def _results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequenc
         f"Training tasks: {len(summary['sft_task_ids'])} for SFT demonstrations, {len(summary['train_task_ids'])} for GRPO "
         "(disjoint from each other and from the evaluation tasks).",
         "",
-        "| arm | success | 95% CI | n | per seed | mean ± sd over seeds | mean reward | " + " | ".join(f"pass^{k}" for k in range(1, trials + 1))
+        "| arm | success | 95% CI | n | per seed | mean ± sd over seeds | mean reward | "
+        + " | ".join(f"pass^{k}" for k in range(1, trials + 1))
         + " | success after a fault | turns | sampled tokens |",
         "|---|---|---|---|---|---|---|" + "---|" * trials + "---|---|---|",
     ]
@@ -633,14 +659,18 @@ def _results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequenc
     for key, d in summary.items():
         if key.startswith("delta_"):
             name = key.removeprefix("delta_").replace("_minus_", " − ")
-            lines.append(f"- **{name}: {d['mean'] * 100:+.1f} pp**, 95% CI [{d['ci'][0] * 100:+.1f}, {d['ci'][1] * 100:+.1f}] pp "
-                         f"({d['n_pairs']} pairs over {d['tasks']} tasks; better in {d['wins']}, worse in {d['losses']}; {d['interval']})")
+            lines.append(
+                f"- **{name}: {d['mean'] * 100:+.1f} pp**, 95% CI [{d['ci'][0] * 100:+.1f}, {d['ci'][1] * 100:+.1f}] pp "
+                f"({d['n_pairs']} pairs over {d['tasks']} tasks; better in {d['wins']}, worse in {d['losses']}; {d['interval']})"
+            )
     templates = sorted({t for a in arms.values() for t in a["per_template"]})
     if len(templates) > 1:
         lines += ["", "Success per task family:", "", "| family | n per arm | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
         for t in templates:
             n = max(arms[a]["per_template"].get(t, {}).get("n", 0) for a in arms)
-            lines.append(f"| {t} | {n} | " + " | ".join(f"{arms[a]['per_template'][t]['success']:.3f}" if t in arms[a]["per_template"] else "–" for a in arms) + " |")
+            lines.append(
+                f"| {t} | {n} | " + " | ".join(f"{arms[a]['per_template'][t]['success']:.3f}" if t in arms[a]["per_template"] else "–" for a in arms) + " |"
+            )
     if plots:
         lines += ["", *(f"![{p.stem}](plots/{p.name})" for p in plots)]
     phases = summary.get("phase_seconds") or {}

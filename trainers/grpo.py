@@ -232,9 +232,7 @@ def filter_degenerate_groups(rewards: torch.Tensor | Sequence[float], group_size
     return torch.arange(grouped.numel()).reshape(grouped.shape)[keep].reshape(-1)
 
 
-def _aggregate(
-    per_token: torch.Tensor, weights: torch.Tensor, loss_agg: str, max_len: int, normalizer: float
-) -> torch.Tensor:
+def _aggregate(per_token: torch.Tensor, weights: torch.Tensor, loss_agg: str, max_len: int, normalizer: float) -> torch.Tensor:
     """Sum per trajectory as ``loss_agg`` prescribes, then divide by the batch-level count."""
     token_sums = (per_token * weights).sum(dim=1)  # [B]
     if loss_agg == "seq-mean-token-mean":
@@ -333,9 +331,7 @@ def _grouped_rewards(rewards: torch.Tensor | Sequence[float], group_size: int) -
     if not values.is_floating_point():
         values = values.to(torch.float32)
     if values.numel() == 0 or values.numel() % group_size:
-        raise ValueError(
-            f"the number of rewards ({values.numel()}) must be a positive multiple of group_size ({group_size})"
-        )
+        raise ValueError(f"the number of rewards ({values.numel()}) must be a positive multiple of group_size ({group_size})")
     if not bool(torch.isfinite(values).all()):
         raise ValueError("rewards must be finite")
     return values.reshape(-1, group_size)

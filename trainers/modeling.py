@@ -151,15 +151,11 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
     return [p for p in model.parameters() if p.requires_grad]
 
 
-def make_optimizer(
-    model: torch.nn.Module, optim: OptimSection, total_steps: int
-) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
+def make_optimizer(model: torch.nn.Module, optim: OptimSection, total_steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """AdamW over the trainable parameters and the warm-up + decay schedule over ``total_steps``."""
     from transformers import get_scheduler
 
-    optimizer = torch.optim.AdamW(
-        trainable_parameters(model), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, weight_decay=optim.weight_decay
-    )
+    optimizer = torch.optim.AdamW(trainable_parameters(model), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, weight_decay=optim.weight_decay)
     name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[optim.schedule]
     scheduler = get_scheduler(name, optimizer, num_warmup_steps=optim.warmup_steps, num_training_steps=max(total_steps, 1))
     return optimizer, scheduler

@@ -66,22 +66,23 @@ def render_report(
     lines = [
         f"# Training report: {config.env_id}",
         "",
-        f"- model: `{model}` on `{config.device}` ({config.dtype}), seed {config.seed}"
-        + (f", LoRA r={config.lora.r}" if config.lora.enabled else ""),
-        f"- SFT: {config.sft.steps} steps on `{config.sft.source}` demonstrations, lr {config.sft.optim.lr:g}"
-        if config.sft.steps else "- SFT: none",
+        f"- model: `{model}` on `{config.device}` ({config.dtype}), seed {config.seed}" + (f", LoRA r={config.lora.r}" if config.lora.enabled else ""),
+        f"- SFT: {config.sft.steps} steps on `{config.sft.source}` demonstrations, lr {config.sft.optim.lr:g}" if config.sft.steps else "- SFT: none",
         f"- GRPO: {config.grpo.steps} steps x {config.rollout.num_tasks} tasks x {config.rollout.group_size} samples, "
-        f"lr {config.optim.lr:g}, kl_coef {config.grpo.kl_coef:g}, loss `{config.grpo.loss_agg}`"
-        + (" (stopped early)" if stopped_early else "") if config.grpo.steps else "- GRPO: none",
+        f"lr {config.optim.lr:g}, kl_coef {config.grpo.kl_coef:g}, loss `{config.grpo.loss_agg}`" + (" (stopped early)" if stopped_early else "")
+        if config.grpo.steps
+        else "- GRPO: none",
         f"- evaluation: {len(eval_tasks)} task(s) of the `{config.eval.split}` split, {config.eval.samples} episode(s) each at temperature "
         f"{config.eval.temperature:g}" + (f" ({', '.join(eval_tasks[:8])}{', ...' if len(eval_tasks) > 8 else ''})" if eval_tasks else "")
-        if config.eval.enabled else "- evaluation: off (`eval.enabled: false`; the run is evaluated elsewhere)",
+        if config.eval.enabled
+        else "- evaluation: off (`eval.enabled: false`; the run is evaluated elsewhere)",
     ]
     if config.eval.enabled and config.eval.split == config.rollout.split:
         seen = sorted(set(eval_tasks) & set(trained_on))
         lines.append(
             f"- note: {len(seen)} of the evaluation tasks were trained on: this measures fitting, not generalisation"
-            if seen else f"- the evaluation tasks come from the training split `{config.rollout.split}` but none was trained on"
+            if seen
+            else f"- the evaluation tasks come from the training split `{config.rollout.split}` but none was trained on"
         )
     if columns:
         lines += ["", "| metric | " + " | ".join(title for _, title in columns) + " | change |", "|---|" + "---|" * (len(columns) + 1)]
@@ -96,8 +97,7 @@ def render_report(
         lines += ["", _training_rollouts(grpo_steps, config)]
     periodic = [label for label in evaluations if label.startswith("grpo step")]
     if periodic:
-        lines += ["", "Periodic evaluations: " + ", ".join(
-            f"{label}: success {evaluations[label]['episode/success_rate']:.3f}" for label in periodic)]
+        lines += ["", "Periodic evaluations: " + ", ".join(f"{label}: success {evaluations[label]['episode/success_rate']:.3f}" for label in periodic)]
     if best is not None:
         lines.append(f"Best periodic evaluation: {best['label']} ({config.eval.metric} {best['value']:.3f}).")
     if warnings:
@@ -105,8 +105,13 @@ def render_report(
     if notes:
         lines += ["", "## Notes", "", *(f"- {n}" for n in notes)]
     tensorboard = "`tensorboard/`, " if config.logging.tensorboard and not any("TensorBoard" in n for n in notes) else ""
-    lines += ["", "## Files", "", f"- `config.yaml`, `metrics.jsonl` (one line per step), {tensorboard}`checkpoints/`",
-              "- `model/`: the trained model (`--model` accepts this folder)" + (", `sft_model/`: the model after SFT" if "sft" in evaluations else "")]
+    lines += [
+        "",
+        "## Files",
+        "",
+        f"- `config.yaml`, `metrics.jsonl` (one line per step), {tensorboard}`checkpoints/`",
+        "- `model/`: the trained model (`--model` accepts this folder)" + (", `sft_model/`: the model after SFT" if "sft" in evaluations else ""),
+    ]
     if plots:
         lines += [f"- plots: {', '.join(f'`plots/{p.name}`' for p in plots)}"]
     return "\n".join(lines) + "\n"

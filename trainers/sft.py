@@ -114,20 +114,14 @@ def demonstration_records(
         try:
             if "oracle" not in env.unwrapped.policies():
                 raise TrainerError(f"{env_id} has no oracle policy; set sft.source to a JSONL file of episode records")
-            records = [
-                run_episode(env, make_policy(env, "oracle", seed), seed=seed, task_id=task_id, policy_name="oracle")
-                for task_id in task_ids
-            ]
+            records = [run_episode(env, make_policy(env, "oracle", seed), seed=seed, task_id=task_id, policy_name="oracle") for task_id in task_ids]
         finally:
             env.close()
     else:
         records = [r for r in _file_records(sft.source) if r.get("env_id") == env_id and r.get("task_id") in wanted]
     kept = [r for r in records if r.get("success")]
     if not kept:
-        raise TrainerError(
-            f"no successful demonstration of {env_id} among {len(records)} episode(s) from {sft.source!r} "
-            f"on {len(task_ids)} task(s)"
-        )
+        raise TrainerError(f"no successful demonstration of {env_id} among {len(records)} episode(s) from {sft.source!r} on {len(task_ids)} task(s)")
     return kept
 
 
@@ -144,8 +138,7 @@ def _file_records(source: str) -> list[dict[str, Any]]:
         messages = row.get("messages") if isinstance(row, dict) else None
         if not isinstance(messages, list) or not all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages):
             raise TrainerError(
-                f"sft.source {path}, record {number}: not an episode record (it needs a 'messages' list of chat "
-                "messages, as agentgym rollout writes)"
+                f"sft.source {path}, record {number}: not an episode record (it needs a 'messages' list of chat messages, as agentgym rollout writes)"
             )
     return rows
 

@@ -196,8 +196,9 @@ def train(
 
         def checkpoint_now(optimizer: Any = None, scheduler: Any = None) -> None:
             state.monitor = monitor.state_dict()
-            save_checkpoint(run_dir, _global_step(config, state), model=policy, optimizer=optimizer, scheduler=scheduler,
-                            state=asdict(state), keep=config.checkpoint.keep)
+            save_checkpoint(
+                run_dir, _global_step(config, state), model=policy, optimizer=optimizer, scheduler=scheduler, state=asdict(state), keep=config.checkpoint.keep
+            )
 
         def due(step: int, every: int) -> bool:
             return every > 0 and step % every == 0
@@ -215,8 +216,7 @@ def train(
             display.phase("SFT", sft.steps, state.step)
             while state.step < sft.steps:
                 rows = sft_batch_indices(len(demos), sft.batch_size, derive_seed(seed, _SFT), state.step)
-                metrics = sft_update(policy, optimizer, scheduler, [demos[i] for i in rows], sft, pad_token_id=pad_id,
-                                     share_prefix=config.grpo.share_prefix)
+                metrics = sft_update(policy, optimizer, scheduler, [demos[i] for i in rows], sft, pad_token_id=pad_id, share_prefix=config.grpo.share_prefix)
                 state.step += 1
                 logger.log("sft", _global_step(config, state), state.step, metrics)
                 display.advance("SFT", f"loss {metrics['sft/loss']:.3f}")
@@ -241,13 +241,27 @@ def train(
             display.phase("GRPO", g.steps, state.step)
             while state.step < g.steps and not state.stopped_early:
                 # Rollouts: the policy samples group_size episodes of each of this step's tasks.
-                rollout = _rollout_config(config, step_tasks(train_pool, config.rollout.num_tasks, derive_seed(seed, _TASKS), state.step),
-                                          seed=derive_seed(seed, _ROLLOUT, state.step))
+                rollout = _rollout_config(
+                    config,
+                    step_tasks(train_pool, config.rollout.num_tasks, derive_seed(seed, _TASKS), state.step),
+                    seed=derive_seed(seed, _ROLLOUT, state.step),
+                )
                 episodes = run_rollouts(_backend(policy, tokenizer, config), rollout, progress=display.episodes("rollouts"))
                 # Rewards -> advantages -> several epochs of clipped updates.
-                update = grpo_update(policy, reference, optimizer, scheduler, episodes, g, group_size=config.rollout.group_size,
-                                     temperature=config.rollout.temperature, pad_token_id=pad_id, max_len=budget,
-                                     max_grad_norm=config.optim.max_grad_norm, shuffle_seed=derive_seed(seed, _SHUFFLE, state.step))
+                update = grpo_update(
+                    policy,
+                    reference,
+                    optimizer,
+                    scheduler,
+                    episodes,
+                    g,
+                    group_size=config.rollout.group_size,
+                    temperature=config.rollout.temperature,
+                    pad_token_id=pad_id,
+                    max_len=budget,
+                    max_grad_norm=config.optim.max_grad_norm,
+                    shuffle_seed=derive_seed(seed, _SHUFFLE, state.step),
+                )
                 _advance_schedule(scheduler, updates_per_step - int(update["optim/updates"]))
                 state.step += 1
                 metrics = {**rollout_metrics(episodes), **update}
@@ -274,9 +288,19 @@ def train(
         notes.append(note)
     trained_on = [*(train_pool if config.grpo.steps else []), *(_sft_tasks(config, train_ids, train_pool) if config.sft.steps else [])]
     grpo_steps = [row for row in read_metrics(run_dir / "metrics.jsonl") if row["phase"] == "grpo"]
-    report = write_report(run_dir / "report.md", config, state.evaluations, warnings=state.warnings, notes=notes,
-                          plots=plots, best=state.best, stopped_early=state.stopped_early,
-                          eval_tasks=eval_tasks, trained_on=trained_on, grpo_steps=grpo_steps)
+    report = write_report(
+        run_dir / "report.md",
+        config,
+        state.evaluations,
+        warnings=state.warnings,
+        notes=notes,
+        plots=plots,
+        best=state.best,
+        stopped_early=state.stopped_early,
+        eval_tasks=eval_tasks,
+        trained_on=trained_on,
+        grpo_steps=grpo_steps,
+    )
     return TrainResult(output_dir=run_dir, evaluations=dict(state.evaluations), report=report, state=state)
 
 
@@ -321,9 +345,9 @@ def grpo_update(
     advantages = advantages[keep].to(device)
     batch = TensorBatch.from_tokens(collate([e.trajectory for e in kept], pad_token_id=pad_token_id), device)
     if g.train_on_env_tokens:  # the ablation: every token after the prompt, as an unmasked trainer does
-        after_prompt = torch.arange(batch.input_ids.shape[1], device=device)[None, :] >= torch.tensor(
-            [e.trajectory.prompt_length for e in kept], device=device
-        )[:, None]
+        after_prompt = (
+            torch.arange(batch.input_ids.shape[1], device=device)[None, :] >= torch.tensor([e.trajectory.prompt_length for e in kept], device=device)[:, None]
+        )
         batch = replace(batch, loss_mask=batch.attention_mask.bool() & after_prompt)
     if g.mask_truncated:
         cut = torch.tensor([e.stop_reason == "token_budget" for e in kept], device=device)
@@ -366,9 +390,19 @@ def grpo_update(
                 logprobs, entropy = token_logprobs(policy, sub, **forward, with_entropy=True)
                 old = logprobs.detach() if old_logprobs is None else old_logprobs[index, :width]
                 ref = None if ref_logprobs is None else ref_logprobs[index, :width]
-                loss, m = masked_grpo_loss(logprobs, old, ref, advantages[index], sub.loss_mask, clip_eps=g.clip_eps,
-                                           clip_eps_high=g.clip_eps_high, kl_coef=g.kl_coef, loss_agg=g.loss_agg,
-                                           normalizer=normalizer, **agg_kwargs)
+                loss, m = masked_grpo_loss(
+                    logprobs,
+                    old,
+                    ref,
+                    advantages[index],
+                    sub.loss_mask,
+                    clip_eps=g.clip_eps,
+                    clip_eps_high=g.clip_eps_high,
+                    kl_coef=g.kl_coef,
+                    loss_agg=g.loss_agg,
+                    normalizer=normalizer,
+                    **agg_kwargs,
+                )
                 loss.backward()
                 step_loss += m["loss"]
                 step_pg += m["pg_loss"]
@@ -566,8 +600,9 @@ def _demonstrations(config: TrainConfig, available: Sequence[str], train_pool: S
     """The SFT demonstration records (see :func:`agentgym.trainers.sft.demonstration_records`)."""
     r = config.rollout
     env_kwargs = r.env_kwargs if config.sft.env_kwargs is None else config.sft.env_kwargs
-    return demonstration_records(config.env_id, config.sft, _sft_tasks(config, available, train_pool), split=r.split,
-                                 seed=config.seed, max_turns=r.max_turns, env_kwargs=env_kwargs)
+    return demonstration_records(
+        config.env_id, config.sft, _sft_tasks(config, available, train_pool), split=r.split, seed=config.seed, max_turns=r.max_turns, env_kwargs=env_kwargs
+    )
 
 
 def _eval_tasks(config: TrainConfig) -> list[str]:
@@ -610,8 +645,7 @@ def _checkpoint_to_resume(run_dir: Path, config: TrainConfig, *, resume: bool | 
         return checkpoint
     if run_dir.exists() and any((run_dir / name).exists() for name in _RUN_FILES) and not overwrite:
         raise TrainerError(
-            f"{run_dir} already holds a run; resume it, overwrite it, or choose another output folder "
-            "(agentgym train: --resume, --overwrite, --output)"
+            f"{run_dir} already holds a run; resume it, overwrite it, or choose another output folder (agentgym train: --resume, --overwrite, --output)"
         )
     return None
 

@@ -51,11 +51,7 @@ def weighted_sum(
             passed=False,
         )
     total = sum(weights[name] * components[name] for name in weights)
-    imperfect = [
-        f"{name}: {parts[name].reason}"
-        for name in weights
-        if components[name] < 1.0 and parts[name].passed is not True and parts[name].reason
-    ]
+    imperfect = [f"{name}: {parts[name].reason}" for name in weights if components[name] < 1.0 and parts[name].passed is not True and parts[name].reason]
     reason = "; ".join(imperfect) if imperfect else "all components at their maximum"
     return RewardResult(score=total, reason=reason, components=components, passed=True)
 

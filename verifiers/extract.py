@@ -68,7 +68,7 @@ def extract_boxed(text: str) -> list[str]:
                 found.append(text[start + 1 : closing[start]].strip())
                 covered = closing[start]
         else:
-            token = re.match(r"[^\s$]+", text[start:start + 200])
+            token = re.match(r"[^\s$]+", text[start : start + 200])
             if token:
                 found.append(token.group())
     return found

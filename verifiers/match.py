@@ -137,7 +137,12 @@ def numeric_match(
     for a, b in readings:
         if abs(a - b) <= tolerance:
             return _verdict(True, f"answer {_show(extraction.answer)} equals reference {_show(str(reference))} within tolerance", extraction, **details)
-    return _verdict(False, f"answer {_show(extraction.answer)} is not {_show(str(reference))} (|difference| = {float(abs(got.value - expected.value)):.6g})", extraction, **details)
+    return _verdict(
+        False,
+        f"answer {_show(extraction.answer)} is not {_show(str(reference))} (|difference| = {float(abs(got.value - expected.value)):.6g})",
+        extraction,
+        **details,
+    )
 
 
 def _reference_number(reference: str | int | float | Fraction | Decimal) -> ParsedNumber:

@@ -79,7 +79,9 @@ def episode_format_reward(
     names = ("syntax", "known_tools", "arguments")
     components = {n: sum(r.components[n] for r in results) / len(results) for n in names}
     bad = [i for i, r in enumerate(results, 1) if not r.passed]
-    reason = f"all {len(results)} turns well-formed" if not bad else f"{len(bad)} of {len(results)} turns malformed; turn {bad[0]}: {results[bad[0] - 1].reason}"
+    reason = (
+        f"all {len(results)} turns well-formed" if not bad else f"{len(bad)} of {len(results)} turns malformed; turn {bad[0]}: {results[bad[0] - 1].reason}"
+    )
     return RewardResult(
         sum(r.score for r in results) / len(results),
         reason,

@@ -44,7 +44,12 @@ def tool_use_reward(
         max_calls: calls allowed before each further call costs ``excess_penalty``.
         max_penalty: cap on the summed penalties.
     """
-    for name, value in (("duplicate_penalty", duplicate_penalty), ("hallucination_penalty", hallucination_penalty), ("excess_penalty", excess_penalty), ("max_penalty", max_penalty)):
+    for name, value in (
+        ("duplicate_penalty", duplicate_penalty),
+        ("hallucination_penalty", hallucination_penalty),
+        ("excess_penalty", excess_penalty),
+        ("max_penalty", max_penalty),
+    ):
         if value < 0:
             raise ValueError(f"{name} must be non-negative, got {value}")
     known_names = _names(known)

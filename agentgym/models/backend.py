@@ -101,9 +101,7 @@ class GenerationBackend(Protocol):
     tokenizer: PreTrainedTokenizerBase
     name: str
 
-    def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """Sample one completion per prompt; ``params`` is shared or given per prompt."""
         ...
 
@@ -147,9 +145,7 @@ class LockstepStream:
         """Requests waiting for the next :meth:`advance`."""
         return len(self._queue)
 
-    def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """The wrapped backend's ``generate``."""
         return self.backend.generate(prompts, params)
 
@@ -173,9 +169,7 @@ def as_streaming(backend: GenerationBackend) -> StreamingBackend:
     return LockstepStream(backend)
 
 
-def per_prompt_params(
-    prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], vocab_size: int
-) -> list[SamplingParams]:
+def per_prompt_params(prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], vocab_size: int) -> list[SamplingParams]:
     """Validate a generate() call and return one :class:`SamplingParams` per prompt."""
     if isinstance(params, SamplingParams):
         expanded = [params] * len(prompts)

@@ -197,12 +197,7 @@ class ChatRenderer:
     def _template_messages(self, messages: Sequence[Message]) -> list[Message]:
         if self.tool_role_supported:
             return list(messages)
-        return [
-            {"role": "user", "content": f"<tool_response>\n{m['content']}\n</tool_response>"}
-            if m["role"] == "tool"
-            else m
-            for m in messages
-        ]
+        return [{"role": "user", "content": f"<tool_response>\n{m['content']}\n</tool_response>"} if m["role"] == "tool" else m for m in messages]
 
     def render_text(self, messages: Sequence[Message], *, add_generation_prompt: bool) -> str:
         """The template's text for ``messages`` (already prepared)."""

@@ -54,9 +54,7 @@ _SKINNY_ROWS = 64
 _MIN_SHARED_PREFIX = 64
 
 
-def sample_next(
-    logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, generators: Sequence[torch.Generator]
-) -> tuple[list[int], list[float]]:
+def sample_next(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor, generators: Sequence[torch.Generator]) -> tuple[list[int], list[float]]:
     """Draw one token per row of ``logits`` ``[B, V]`` and return (ids, logprobs under the sampling distribution).
 
     Rows with temperature 0 are decoded greedily and report the logprob under the untempered distribution.
@@ -85,9 +83,7 @@ def sample_next(
     return [int(t) for t in tokens.tolist()], [float(x) for x in chosen.tolist()]
 
 
-def finish_reason(
-    tokenizer: PreTrainedTokenizerBase, token_ids: Sequence[int], stop_ids: frozenset[int], stop: Sequence[str], limit: int
-) -> str | None:
+def finish_reason(tokenizer: PreTrainedTokenizerBase, token_ids: Sequence[int], stop_ids: frozenset[int], stop: Sequence[str], limit: int) -> str | None:
     """Why a completion ending in ``token_ids`` is over (``"stop"`` or ``"length"``), or None if it goes on."""
     if token_ids[-1] in stop_ids:
         return "stop"
@@ -301,8 +297,7 @@ class KVEngine:
         """A cached row whose tokens start the request's prompt (its own previous turn), if any."""
         best, best_length = None, 0
         for r, tokens in enumerate(self._tokens):
-            if (self._owner[r] is None and r not in taken and best_length < len(tokens) < len(request.prompt)
-                    and request.prompt[: len(tokens)] == tuple(tokens)):
+            if self._owner[r] is None and r not in taken and best_length < len(tokens) < len(request.prompt) and request.prompt[: len(tokens)] == tuple(tokens):
                 best, best_length = r, len(tokens)
         return best
 
@@ -550,9 +545,7 @@ class KVEngine:
         request.token_ids.append(token)
         request.logprobs.append(logprob)
         self.stats.decoded_tokens += 1
-        request.finish_reason = finish_reason(
-            self.tokenizer, request.token_ids, request.stop_ids, request.params.stop, request.limit
-        )
+        request.finish_reason = finish_reason(self.tokenizer, request.token_ids, request.stop_ids, request.params.stop, request.limit)
 
     def _release(self, request: _Request) -> None:
         """The request's row stays cached (its tokens minus the last sampled one, never fed back)."""

@@ -73,9 +73,7 @@ class HFBackend:
         self.reuse_cache = reuse_cache
         eos = model.generation_config.eos_token_id
         self._model_eos: tuple[int, ...] = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
-        self._pad_id = next(
-            (t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id, *self._model_eos) if t is not None), 0
-        )
+        self._pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id, *self._model_eos) if t is not None), 0)
         self._context: int | None = getattr(model.config, "max_position_embeddings", None)
         budget = int(max_cache_gib * 2**30) if max_cache_gib is not None else _default_cache_bytes(self.device)
         self.engine = KVEngine(model, tokenizer, max_rows=max_batch_size, max_cache_bytes=budget, pad_token_id=self._pad_id)
@@ -89,9 +87,7 @@ class HFBackend:
         """Device the model runs on."""
         return self.model.device
 
-    def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """Sample one completion per prompt."""
         expanded = per_prompt_params(prompts, params, self.model.get_input_embeddings().num_embeddings)
         if not self.reuse_cache:
@@ -182,9 +178,7 @@ class HFBackend:
                 **{keyword: cache},
             )
             cache = getattr(output, keyword)
-            ids, lps = sample_next(
-                output.logits[:, -1, :], temperature, top_p, [rows[i].generator for i in active]
-            )
+            ids, lps = sample_next(output.logits[:, -1, :], temperature, top_p, [rows[i].generator for i in active])
             keep: list[int] = []
             for j, i in enumerate(active):
                 row = rows[i]

@@ -94,9 +94,7 @@ def render_rich(trajectory: Trajectory, tokenizer: PreTrainedTokenizerBase) -> T
 def render_html(trajectory: Trajectory, tokenizer: PreTrainedTokenizerBase, *, title: str = "agentgym trajectory") -> str:
     """A self-contained HTML page of the trajectory with coloured, hoverable tokens."""
     styles = "\n".join(f".k-{kind} {{ background: {colour}; }}" for kind, colour in _HTML_COLOURS.items())
-    legend = " ".join(
-        f'<span class="tok k-{kind}">{html.escape(label)}</span>' for kind, label in _LEGEND.items()
-    )
+    legend = " ".join(f'<span class="tok k-{kind}">{html.escape(label)}</span>' for kind, label in _LEGEND.items())
     spans = []
     for piece in token_pieces(trajectory, tokenizer):
         tip = "ids " + " ".join(str(t) for t in piece.token_ids)
@@ -105,7 +103,7 @@ def render_html(trajectory: Trajectory, tokenizer: PreTrainedTokenizerBase, *, t
         text = html.escape(piece.text).replace("\n", "⏎\n")
         spans.append(f'<span class="tok k-{piece.kind}" title="{html.escape(tip)}">{text}</span>')
     return (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
         f"<title>{html.escape(title)}</title><style>\n"
         "body { font-family: ui-monospace, monospace; font-size: 13px; }\n"
         ".seq { white-space: pre-wrap; line-height: 1.6; }\n"

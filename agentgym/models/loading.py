@@ -55,14 +55,10 @@ def default_gguf_path() -> Path:
     try:
         dist = importlib.metadata.distribution(DEFAULT_MODEL_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
-        raise ModelLoadError(
-            f"the default model needs the {DEFAULT_MODEL_PACKAGE} package; install it with: {INSTALL_HINT}"
-        ) from None
+        raise ModelLoadError(f"the default model needs the {DEFAULT_MODEL_PACKAGE} package; install it with: {INSTALL_HINT}") from None
     ggufs = sorted(str(f) for f in (dist.files or []) if str(f).endswith(".gguf"))
     if not ggufs:
-        raise ModelLoadError(
-            f"{DEFAULT_MODEL_PACKAGE} is installed but contains no .gguf file; reinstall it: {INSTALL_HINT}"
-        )
+        raise ModelLoadError(f"{DEFAULT_MODEL_PACKAGE} is installed but contains no .gguf file; reinstall it: {INSTALL_HINT}")
     path = Path(str(dist.locate_file(ggufs[0])))
     if not path.is_file():
         raise ModelLoadError(f"{DEFAULT_MODEL_PACKAGE} lists {ggufs[0]} but {path} is missing; reinstall: {INSTALL_HINT}")
@@ -132,8 +128,7 @@ def convert_gguf(gguf: Path) -> Path:
         return publish_directory(target, build)
     except OSError as exc:
         raise ModelLoadError(
-            f"cannot write the converted model to {target.parent} ({exc.strerror or exc}); "
-            "set AGENTGYM_CACHE to a writable directory"
+            f"cannot write the converted model to {target.parent} ({exc.strerror or exc}); set AGENTGYM_CACHE to a writable directory"
         ) from None
 
 

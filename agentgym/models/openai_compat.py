@@ -48,8 +48,7 @@ def _token_ids(choice: dict[str, Any]) -> list[int]:
     if isinstance(tokens, list) and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens):
         return [int(t[len(_TOKEN_ID_PREFIX) :]) for t in tokens]
     raise BackendError(
-        "the server returned no token ids (it needs vLLM's return_token_ids or return_tokens_as_token_ids); "
-        "without them the trajectory cannot be token-exact"
+        "the server returned no token ids (it needs vLLM's return_token_ids or return_tokens_as_token_ids); without them the trajectory cannot be token-exact"
     )
 
 
@@ -127,9 +126,7 @@ class OpenAICompatibleBackend:
             raise BackendError(f"{self.base_url}/models lists no model; pass model=...")
         return str(models[0]["id"])
 
-    def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """Sample one completion per prompt, ``max_concurrency`` requests at a time."""
         expanded = per_prompt_params(prompts, params, len(self.tokenizer))
         if not prompts:

@@ -199,9 +199,7 @@ class TrajectoryBuilder:
         return len(self._ids)
 
     def _append(self, kind: SegmentKind, ids: Sequence[int], logprobs: Sequence[float] | None) -> None:
-        self._segments.append(
-            Segment(kind, len(self._ids), tuple(ids), None if logprobs is None else tuple(logprobs), self._turn)
-        )
+        self._segments.append(Segment(kind, len(self._ids), tuple(ids), None if logprobs is None else tuple(logprobs), self._turn))
         self._ids.extend(ids)
 
     def add_generation(self, generation: Generation) -> str:
@@ -275,9 +273,7 @@ def check_rendering(trajectory: Trajectory, renderer: ChatRenderer) -> RenderChe
     if not ends_with_prompt and rendered.endswith(renderer.after_eot_text):
         # The sequence stops at the end-of-turn token the model emitted; the template adds glue after it.
         rendered = rendered[: len(rendered) - len(renderer.after_eot_text)]
-    decoded = renderer.tokenizer.decode(
-        list(trajectory.token_ids), skip_special_tokens=False, clean_up_tokenization_spaces=False
-    )
+    decoded = renderer.tokenizer.decode(list(trajectory.token_ids), skip_special_tokens=False, clean_up_tokenization_spaces=False)
     expected = renderer.encode(rendered)
     mismatch = next(
         (i for i, (a, b) in enumerate(zip(expected, trajectory.token_ids, strict=False)) if a != b),

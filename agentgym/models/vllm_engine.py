@@ -41,9 +41,7 @@ class VLLMBackend:
         self.tokenizer: PreTrainedTokenizerBase = self.llm.get_tokenizer()
         self.name = name or f"vllm:{model or source}"
 
-    def generate(
-        self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]
-    ) -> list[Generation]:
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """Sample one completion per prompt in one engine call."""
         expanded = per_prompt_params(prompts, params, len(self.tokenizer))
         sampling = [

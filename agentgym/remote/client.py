@@ -139,8 +139,12 @@ class RemoteEnv(SessionEnv):
         headers = {"Authorization": f"Bearer {token}"} if token else None
         try:
             connection = connect(
-                url.rstrip("/") + "/v1/session", additional_headers=headers, max_size=MAX_MESSAGE_BYTES, compression=None,
-                open_timeout=timeout_s, close_timeout=5,
+                url.rstrip("/") + "/v1/session",
+                additional_headers=headers,
+                max_size=MAX_MESSAGE_BYTES,
+                compression=None,
+                open_timeout=timeout_s,
+                close_timeout=5,
             )
             # Entered by hand: the session outlives any with-block of the caller; close() ends it.
             self._connection: ClientConnection | None = connection.__enter__()

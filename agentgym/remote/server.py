@@ -108,8 +108,8 @@ class EnvServer:
             raise ValueError("max_sessions must be >= 1, idle_timeout_s > 0 and max_message_bytes >= 1024")
         self.host, self.port = host, port
         self.token = token
-        self.allowed_envs = sorted(allowed_envs) if allowed_envs is not None else sorted(
-            k for k in gym.registry if k.startswith("agentgym/") and k not in CLIENT_ENV_IDS
+        self.allowed_envs = (
+            sorted(allowed_envs) if allowed_envs is not None else sorted(k for k in gym.registry if k.startswith("agentgym/") and k not in CLIENT_ENV_IDS)
         )
         self.max_sessions = max_sessions
         self.idle_timeout_s = idle_timeout_s
@@ -164,8 +164,14 @@ class EnvServer:
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
         async with serve(
-            self._session, self.host, self.port, process_request=self._http, max_size=self.max_message_bytes,
-            compression=None, ping_interval=None, server_header="agentgym",
+            self._session,
+            self.host,
+            self.port,
+            process_request=self._http,
+            max_size=self.max_message_bytes,
+            compression=None,
+            ping_interval=None,
+            server_header="agentgym",
         ) as server:
             self._server = server
             if on_ready is not None:
@@ -210,9 +216,15 @@ class EnvServer:
 
         window = min(_RATE_WINDOW_S, now - self._started) or 1.0
         return Metrics(
-            sessions=len(self._sessions), sessions_total=self._sessions_total, steps_total=self._steps_total,
-            steps_per_s=round(len(self._step_stamps) / window, 2), step_p50_ms=percentile(0.5), step_p99_ms=percentile(0.99),
-            queue_depth=self._queue, workers=self.workers, uptime_s=round(now - self._started, 1),
+            sessions=len(self._sessions),
+            sessions_total=self._sessions_total,
+            steps_total=self._steps_total,
+            steps_per_s=round(len(self._step_stamps) / window, 2),
+            step_p50_ms=percentile(0.5),
+            step_p99_ms=percentile(0.99),
+            queue_depth=self._queue,
+            workers=self.workers,
+            uptime_s=round(now - self._started, 1),
         )
 
     # ------------------------------------------------------------------ HTTP

@@ -37,8 +37,7 @@ def make_env(request: dict[str, Any], allowed_envs: list[str]) -> gym.Env:
 def hello(session_id: str, env_id: str, env: gym.Env) -> dict[str, Any]:
     """The reply to ``make``: what the client needs to know about the environment."""
     base = env.unwrapped
-    return {"session": session_id, "env_id": env_id, "protocol": PROTOCOL, "tools": base.tools,
-            "task_ids": base.task_ids, "max_turns": base.max_turns}
+    return {"session": session_id, "env_id": env_id, "protocol": PROTOCOL, "tools": base.tools, "task_ids": base.task_ids, "max_turns": base.max_turns}
 
 
 def answer(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
@@ -71,8 +70,14 @@ def _step(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
     if "action" not in request:
         raise ProtocolError("'step' needs an 'action'")
     observation, reward, terminated, truncated, info = env.step(request["action"])
-    return {"observation": observation, "reward": float(reward), "terminated": bool(terminated), "truncated": bool(truncated),
-            "info": info, "counts": dict(env.unwrapped.counts)}
+    return {
+        "observation": observation,
+        "reward": float(reward),
+        "terminated": bool(terminated),
+        "truncated": bool(truncated),
+        "info": info,
+        "counts": dict(env.unwrapped.counts),
+    }
 
 
 def _reward(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:

@@ -104,7 +104,7 @@ def decode(tree: Any, classes: Callable[[str], Any] | None = None, depth: int = 
         return [decode(v, classes, depth + 1) for v in tree]
     if type(tree) is not dict or len(tree) != 1:
         raise ValueError(f"malformed encoded value {str(tree)[:80]}")
-    (tag, body), = tree.items()
+    ((tag, body),) = tree.items()
     if tag == "float" and type(body) is str:
         return float(body)
     if tag == "tuple" and type(body) is list:
@@ -283,7 +283,7 @@ def same(expected: Any, actual: Any, rel_tol: float = 1e-9, abs_tol: float = 1e-
         return bool(expected == actual)
     if len(expected) != 1 or expected.keys() != actual.keys():
         return False
-    (tag, want), = expected.items()
+    ((tag, want),) = expected.items()
     got = actual[tag]
     if tag == "float":
         return _close(want, got, rel_tol, abs_tol)

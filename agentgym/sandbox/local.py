@@ -329,8 +329,7 @@ def _stderr_tail(proc: subprocess.Popen[bytes]) -> str:
     return f": {text[-2000:]}" if text else ""
 
 
-def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgroups | None = None,
-              groups: dict[str, GroupHandle] | None = None) -> None:
+def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgroups | None = None, groups: dict[str, GroupHandle] | None = None) -> None:
     # Closing the socket makes the server exit, which kills every sandbox in its pid namespace.
     sock.close()
     try:
@@ -349,9 +348,7 @@ def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgrou
 class LocalProcess(SandboxProcess):
     """Host end of one run: non-blocking pipes multiplexed with ``poll``."""
 
-    def __init__(
-        self, backend: LocalBackend, run_id: str, stdin_w: int, out_r: int, err_r: int, status_r: int, limits: Limits, request: bytes
-    ):
+    def __init__(self, backend: LocalBackend, run_id: str, stdin_w: int, out_r: int, err_r: int, status_r: int, limits: Limits, request: bytes):
         self._backend = backend
         self._run_id = run_id
         self._stdin: int | None = stdin_w

@@ -100,4 +100,3 @@ def _task(world: World, walk: Walk, attribute: tuple[str, str, str], difficulty:
         "answer": answer,
         "solution": {"docs": walk.doc_path(world), "titles": walk.titles(world), "answer_text": display_value(column, value)},
     }
-

@@ -84,73 +84,186 @@ def _award_span(rng: random.Random, world: World) -> dict[str, Any]:
 
 SQL_TEMPLATES: tuple[SqlTemplate, ...] = (
     # ---- easy: one table
-    SqlTemplate("city_population", "easy", "number", lambda r, w: {"city": _pick("cities")(r, w)},
-                "What is the population of the city of {city}?", "SELECT population FROM cities WHERE name = {city}"),
-    SqlTemplate("company_founded", "easy", "number", lambda r, w: {"company": _pick("companies")(r, w)},
-                "In what year was the company {company} founded?", "SELECT founded_year FROM companies WHERE name = {company}"),
-    SqlTemplate("works_in_year", "easy", "number", _work,
-                "How many {kind}s in the database were released in {year}?", "SELECT COUNT(*) FROM works WHERE kind = {kind} AND year = {year}"),
-    SqlTemplate("people_born_between", "easy", "number", _years,
-                "How many people whose occupation is {occupation} were born between {start} and {end}, inclusive?",
-                "SELECT COUNT(*) FROM people WHERE occupation = {occupation} AND birth_year BETWEEN {start} AND {end}"),
-    SqlTemplate("industry_revenue", "easy", "number", _industry,
-                "What is the total annual revenue, in millions of US dollars, of all companies in the {industry} industry? Round to 1 decimal place.",
-                "SELECT ROUND(SUM(revenue_musd), 1) FROM companies WHERE industry = {industry}", 1),
-    SqlTemplate("industry_top_employer", "easy", "text", _industry,
-                "Which company in the {industry} industry has the most employees?",
-                "SELECT name, employees FROM companies WHERE industry = {industry} ORDER BY employees DESC LIMIT 2"),
+    SqlTemplate(
+        "city_population",
+        "easy",
+        "number",
+        lambda r, w: {"city": _pick("cities")(r, w)},
+        "What is the population of the city of {city}?",
+        "SELECT population FROM cities WHERE name = {city}",
+    ),
+    SqlTemplate(
+        "company_founded",
+        "easy",
+        "number",
+        lambda r, w: {"company": _pick("companies")(r, w)},
+        "In what year was the company {company} founded?",
+        "SELECT founded_year FROM companies WHERE name = {company}",
+    ),
+    SqlTemplate(
+        "works_in_year",
+        "easy",
+        "number",
+        _work,
+        "How many {kind}s in the database were released in {year}?",
+        "SELECT COUNT(*) FROM works WHERE kind = {kind} AND year = {year}",
+    ),
+    SqlTemplate(
+        "people_born_between",
+        "easy",
+        "number",
+        _years,
+        "How many people whose occupation is {occupation} were born between {start} and {end}, inclusive?",
+        "SELECT COUNT(*) FROM people WHERE occupation = {occupation} AND birth_year BETWEEN {start} AND {end}",
+    ),
+    SqlTemplate(
+        "industry_revenue",
+        "easy",
+        "number",
+        _industry,
+        "What is the total annual revenue, in millions of US dollars, of all companies in the {industry} industry? Round to 1 decimal place.",
+        "SELECT ROUND(SUM(revenue_musd), 1) FROM companies WHERE industry = {industry}",
+        1,
+    ),
+    SqlTemplate(
+        "industry_top_employer",
+        "easy",
+        "text",
+        _industry,
+        "Which company in the {industry} industry has the most employees?",
+        "SELECT name, employees FROM companies WHERE industry = {industry} ORDER BY employees DESC LIMIT 2",
+    ),
     SqlTemplate("work_length", "easy", "number", _work, "{length_question}", "SELECT length FROM works WHERE title = {title}"),
-    SqlTemplate("university_students", "easy", "number", lambda r, w: {"university": _pick("universities")(r, w)},
-                "How many students does {university} enroll?", "SELECT students FROM universities WHERE name = {university}"),
+    SqlTemplate(
+        "university_students",
+        "easy",
+        "number",
+        lambda r, w: {"university": _pick("universities")(r, w)},
+        "How many students does {university} enroll?",
+        "SELECT students FROM universities WHERE name = {university}",
+    ),
     # ---- medium: one join or one aggregate over a filtered set
-    SqlTemplate("capital_of", "medium", "text", lambda r, w: {"country": _pick("countries")(r, w)},
-                "What is the capital of {country}?",
-                "SELECT ci.name FROM countries AS co JOIN cities AS ci ON ci.id = co.capital_city_id WHERE co.name = {country}"),
-    SqlTemplate("creator_of", "medium", "text", _work, "Who made the {kind} {title}? Give the full name.",
-                "SELECT p.name FROM works AS w JOIN people AS p ON p.id = w.creator_id WHERE w.title = {title}"),
-    SqlTemplate("companies_in_country", "medium", "number", lambda r, w: {"country": _pick("countries")(r, w)},
-                "How many companies are headquartered in {country}?",
-                "SELECT COUNT(*) FROM companies AS c JOIN cities AS ci ON ci.id = c.hq_city_id JOIN countries AS co ON co.id = ci.country_id WHERE co.name = {country}"),
-    SqlTemplate("average_city_population", "medium", "number", lambda r, w: {"country": _pick("countries")(r, w)},
-                "What is the average population of the cities of {country} in the database? Round to the nearest whole number.",
-                "SELECT ROUND(AVG(ci.population)) FROM cities AS ci JOIN countries AS co ON co.id = ci.country_id WHERE co.name = {country}", 0),
-    SqlTemplate("catalogue", "medium", "list", lambda r, w: {"company": _pick("companies")(r, w)},
-                "List the titles of all works released by {company}, separated by commas.",
-                "SELECT w.title FROM works AS w JOIN companies AS c ON c.id = w.publisher_id WHERE c.name = {company} ORDER BY w.title"),
-    SqlTemplate("award_of_work", "medium", "text", _winning_work, "Which award did the {kind} {title} win?",
-                "SELECT a.name FROM award_winners AS aw JOIN awards AS a ON a.id = aw.award_id JOIN works AS w ON w.id = aw.work_id WHERE w.title = {title}"),
-    SqlTemplate("largest_city", "medium", "text", lambda r, w: {"country": _pick("countries")(r, w)},
-                "Which city of {country} has the largest population?",
-                "SELECT ci.name, ci.population FROM cities AS ci JOIN countries AS co ON co.id = ci.country_id WHERE co.name = {country} ORDER BY ci.population DESC LIMIT 2"),
+    SqlTemplate(
+        "capital_of",
+        "medium",
+        "text",
+        lambda r, w: {"country": _pick("countries")(r, w)},
+        "What is the capital of {country}?",
+        "SELECT ci.name FROM countries AS co JOIN cities AS ci ON ci.id = co.capital_city_id WHERE co.name = {country}",
+    ),
+    SqlTemplate(
+        "creator_of",
+        "medium",
+        "text",
+        _work,
+        "Who made the {kind} {title}? Give the full name.",
+        "SELECT p.name FROM works AS w JOIN people AS p ON p.id = w.creator_id WHERE w.title = {title}",
+    ),
+    SqlTemplate(
+        "companies_in_country",
+        "medium",
+        "number",
+        lambda r, w: {"country": _pick("countries")(r, w)},
+        "How many companies are headquartered in {country}?",
+        "SELECT COUNT(*) FROM companies AS c JOIN cities AS ci ON ci.id = c.hq_city_id JOIN countries AS co ON co.id = ci.country_id WHERE co.name = {country}",
+    ),
+    SqlTemplate(
+        "average_city_population",
+        "medium",
+        "number",
+        lambda r, w: {"country": _pick("countries")(r, w)},
+        "What is the average population of the cities of {country} in the database? Round to the nearest whole number.",
+        "SELECT ROUND(AVG(ci.population)) FROM cities AS ci JOIN countries AS co ON co.id = ci.country_id WHERE co.name = {country}",
+        0,
+    ),
+    SqlTemplate(
+        "catalogue",
+        "medium",
+        "list",
+        lambda r, w: {"company": _pick("companies")(r, w)},
+        "List the titles of all works released by {company}, separated by commas.",
+        "SELECT w.title FROM works AS w JOIN companies AS c ON c.id = w.publisher_id WHERE c.name = {company} ORDER BY w.title",
+    ),
+    SqlTemplate(
+        "award_of_work",
+        "medium",
+        "text",
+        _winning_work,
+        "Which award did the {kind} {title} win?",
+        "SELECT a.name FROM award_winners AS aw JOIN awards AS a ON a.id = aw.award_id JOIN works AS w ON w.id = aw.work_id WHERE w.title = {title}",
+    ),
+    SqlTemplate(
+        "largest_city",
+        "medium",
+        "text",
+        lambda r, w: {"country": _pick("countries")(r, w)},
+        "Which city of {country} has the largest population?",
+        "SELECT ci.name, ci.population FROM cities AS ci JOIN countries AS co ON co.id = ci.country_id WHERE co.name = {country} ORDER BY ci.population DESC LIMIT 2",
+    ),
     # ---- hard: three or more tables, or grouping and ranking
-    SqlTemplate("works_by_birth_country", "hard", "number", lambda r, w: {"country": _pick("countries")(r, w)},
-                "How many works in the database were made by people born in {country}?",
-                "SELECT COUNT(*) FROM works AS w JOIN people AS p ON p.id = w.creator_id JOIN cities AS ci ON ci.id = p.birth_city_id "
-                "JOIN countries AS co ON co.id = ci.country_id WHERE co.name = {country}"),
-    SqlTemplate("top_country_for_industry", "hard", "text", _industry,
-                "Which country has the most companies of the {industry} industry headquartered in it?",
-                "SELECT co.name, COUNT(*) AS n FROM companies AS c JOIN cities AS ci ON ci.id = c.hq_city_id JOIN countries AS co ON co.id = ci.country_id "
-                "WHERE c.industry = {industry} GROUP BY co.id ORDER BY n DESC LIMIT 2"),
-    SqlTemplate("alumni_employees", "hard", "number", lambda r, w: {"university": _pick("universities")(r, w)},
-                "What is the total number of employees of all companies founded by people who studied at {university}?",
-                "SELECT SUM(c.employees) FROM companies AS c JOIN people AS p ON p.id = c.founder_id JOIN universities AS u ON u.id = p.university_id "
-                "WHERE u.name = {university}"),
-    SqlTemplate("company_award_wins", "hard", "number", lambda r, w: {"company": _pick("companies")(r, w)},
-                "How many award wins have the works released by {company} received in total?",
-                "SELECT COUNT(*) FROM award_winners AS aw JOIN works AS w ON w.id = aw.work_id JOIN companies AS c ON c.id = w.publisher_id WHERE c.name = {company}"),
-    SqlTemplate("earliest_born_winner", "hard", "text", lambda r, w: {"award": _pick("awards")(r, w)},
-                "Among the creators of the works that won the {award}, who was born earliest? Give the full name.",
-                "SELECT p.name, p.birth_year FROM award_winners AS aw JOIN awards AS a ON a.id = aw.award_id JOIN works AS w ON w.id = aw.work_id "
-                "JOIN people AS p ON p.id = w.creator_id WHERE a.name = {award} ORDER BY p.birth_year LIMIT 2"),
-    SqlTemplate("local_ceos", "hard", "number", lambda r, w: {"country": _pick("countries")(r, w)},
-                "How many companies headquartered in {country} have a chief executive who was born in {country}?",
-                "SELECT COUNT(*) FROM companies AS c JOIN cities AS hq ON hq.id = c.hq_city_id JOIN people AS p ON p.id = c.ceo_id "
-                "JOIN cities AS bc ON bc.id = p.birth_city_id JOIN countries AS co ON co.id = hq.country_id "
-                "WHERE co.name = {country} AND bc.country_id = co.id"),
-    SqlTemplate("award_winners_between", "hard", "list", _award_span,
-                "List the titles of the works that won the {award} from {start} to {end}, inclusive, separated by commas.",
-                "SELECT w.title FROM award_winners AS aw JOIN awards AS a ON a.id = aw.award_id JOIN works AS w ON w.id = aw.work_id "
-                "WHERE a.name = {award} AND aw.year BETWEEN {start} AND {end} ORDER BY aw.year"),
+    SqlTemplate(
+        "works_by_birth_country",
+        "hard",
+        "number",
+        lambda r, w: {"country": _pick("countries")(r, w)},
+        "How many works in the database were made by people born in {country}?",
+        "SELECT COUNT(*) FROM works AS w JOIN people AS p ON p.id = w.creator_id JOIN cities AS ci ON ci.id = p.birth_city_id "
+        "JOIN countries AS co ON co.id = ci.country_id WHERE co.name = {country}",
+    ),
+    SqlTemplate(
+        "top_country_for_industry",
+        "hard",
+        "text",
+        _industry,
+        "Which country has the most companies of the {industry} industry headquartered in it?",
+        "SELECT co.name, COUNT(*) AS n FROM companies AS c JOIN cities AS ci ON ci.id = c.hq_city_id JOIN countries AS co ON co.id = ci.country_id "
+        "WHERE c.industry = {industry} GROUP BY co.id ORDER BY n DESC LIMIT 2",
+    ),
+    SqlTemplate(
+        "alumni_employees",
+        "hard",
+        "number",
+        lambda r, w: {"university": _pick("universities")(r, w)},
+        "What is the total number of employees of all companies founded by people who studied at {university}?",
+        "SELECT SUM(c.employees) FROM companies AS c JOIN people AS p ON p.id = c.founder_id JOIN universities AS u ON u.id = p.university_id "
+        "WHERE u.name = {university}",
+    ),
+    SqlTemplate(
+        "company_award_wins",
+        "hard",
+        "number",
+        lambda r, w: {"company": _pick("companies")(r, w)},
+        "How many award wins have the works released by {company} received in total?",
+        "SELECT COUNT(*) FROM award_winners AS aw JOIN works AS w ON w.id = aw.work_id JOIN companies AS c ON c.id = w.publisher_id WHERE c.name = {company}",
+    ),
+    SqlTemplate(
+        "earliest_born_winner",
+        "hard",
+        "text",
+        lambda r, w: {"award": _pick("awards")(r, w)},
+        "Among the creators of the works that won the {award}, who was born earliest? Give the full name.",
+        "SELECT p.name, p.birth_year FROM award_winners AS aw JOIN awards AS a ON a.id = aw.award_id JOIN works AS w ON w.id = aw.work_id "
+        "JOIN people AS p ON p.id = w.creator_id WHERE a.name = {award} ORDER BY p.birth_year LIMIT 2",
+    ),
+    SqlTemplate(
+        "local_ceos",
+        "hard",
+        "number",
+        lambda r, w: {"country": _pick("countries")(r, w)},
+        "How many companies headquartered in {country} have a chief executive who was born in {country}?",
+        "SELECT COUNT(*) FROM companies AS c JOIN cities AS hq ON hq.id = c.hq_city_id JOIN people AS p ON p.id = c.ceo_id "
+        "JOIN cities AS bc ON bc.id = p.birth_city_id JOIN countries AS co ON co.id = hq.country_id "
+        "WHERE co.name = {country} AND bc.country_id = co.id",
+    ),
+    SqlTemplate(
+        "award_winners_between",
+        "hard",
+        "list",
+        _award_span,
+        "List the titles of the works that won the {award} from {start} to {end}, inclusive, separated by commas.",
+        "SELECT w.title FROM award_winners AS aw JOIN awards AS a ON a.id = aw.award_id JOIN works AS w ON w.id = aw.work_id "
+        "WHERE a.name = {award} AND aw.year BETWEEN {start} AND {end} ORDER BY aw.year",
+    ),
 )
 
 
@@ -191,7 +304,7 @@ def _task(template: SqlTemplate, params: dict[str, Any], runner: ReadOnlySQL) ->
     else:
         if rows[0][0] == 0 and "COUNT" in sql:
             return None
-        tolerance = 10.0 ** -template.decimals if template.decimals is not None else 0.0
+        tolerance = 10.0**-template.decimals if template.decimals is not None else 0.0
         answer = {"type": "number", "value": rows[0][0], "tolerance": tolerance}
     return {
         "difficulty": template.difficulty,

@@ -18,6 +18,7 @@ from agentgym.policies import Script, ScriptedPolicy
 
 __all__ = ["ORACLES", "SQLOracle", "SearchQAOracle", "ToolMathOracle"]
 
+
 class OracleError(RuntimeError):
     """The task's solution does not hold up against the tools (a task-data bug)."""
 

@@ -62,9 +62,7 @@ def content_hash(world: World, articles: list[dict[str, Any]]) -> str:
 
     It is independent of the SQLite library, unlike the bytes of the database file.
     """
-    canonical = json.dumps(
-        {"version": GENERATOR_VERSION, "tables": world.tables, "articles": articles}, sort_keys=True, separators=(",", ":")
-    )
+    canonical = json.dumps({"version": GENERATOR_VERSION, "tables": world.tables, "articles": articles}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
 
@@ -141,8 +139,7 @@ def _build_into(target: Path) -> None:
         built = build_snapshot(tmp)
         if built != CONTENT_HASH:
             raise SnapshotError(
-                f"the world generator produced content {built[:16]}..., but this version pins {CONTENT_HASH[:16]}...; "
-                "the bundled tasks would not match it"
+                f"the world generator produced content {built[:16]}..., but this version pins {CONTENT_HASH[:16]}...; the bundled tasks would not match it"
             )
         os.replace(tmp, target)
     finally:

@@ -116,8 +116,20 @@ FOREIGN_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
 
 # kind -> (creator occupation, publisher industry, company-name suffixes, genres, length range)
 WORK_KINDS: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[int, int]]] = {
-    "film": ("director", "film studio", ("Pictures", "Studios", "Films"), ("drama", "comedy", "thriller", "documentary", "western", "science fiction"), (72, 190)),
-    "novel": ("novelist", "publishing", ("Press", "Books", "Publishing"), ("literary fiction", "mystery", "historical fiction", "fantasy", "romance", "satire"), (140, 920)),
+    "film": (
+        "director",
+        "film studio",
+        ("Pictures", "Studios", "Films"),
+        ("drama", "comedy", "thriller", "documentary", "western", "science fiction"),
+        (72, 190),
+    ),
+    "novel": (
+        "novelist",
+        "publishing",
+        ("Press", "Books", "Publishing"),
+        ("literary fiction", "mystery", "historical fiction", "fantasy", "romance", "satire"),
+        (140, 920),
+    ),
     "album": ("musician", "record label", ("Records", "Music", "Sound"), ("jazz", "folk", "rock", "electronic", "classical", "hip hop"), (6, 22)),
 }
 OTHER_INDUSTRIES: dict[str, tuple[str, ...]] = {
@@ -236,9 +248,7 @@ def _universities(rng: random.Random, forge: NameForge, cities: list[dict[str, A
     return rows
 
 
-def _people(
-    rng: random.Random, forge: NameForge, cities: list[dict[str, Any]], universities: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def _people(rng: random.Random, forge: NameForge, cities: list[dict[str, Any]], universities: list[dict[str, Any]]) -> list[dict[str, Any]]:
     rows = []
     for person_id in range(1, N_PEOPLE + 1):
         rows.append(
@@ -254,9 +264,7 @@ def _people(
     return rows
 
 
-def _companies(
-    rng: random.Random, forge: NameForge, cities: list[dict[str, Any]], people: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def _companies(rng: random.Random, forge: NameForge, cities: list[dict[str, Any]], people: list[dict[str, Any]]) -> list[dict[str, Any]]:
     industries = [(spec[1], spec[2]) for spec in WORK_KINDS.values()] + list(OTHER_INDUSTRIES.items())
     leaders = [p for p in people if p["occupation"] in ("entrepreneur", "economist", "scientist")]
     rows = []
@@ -282,9 +290,7 @@ def _companies(
     return rows
 
 
-def _works(
-    rng: random.Random, forge: NameForge, people: list[dict[str, Any]], companies: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
+def _works(rng: random.Random, forge: NameForge, people: list[dict[str, Any]], companies: list[dict[str, Any]]) -> list[dict[str, Any]]:
     kinds = list(WORK_KINDS)
     creators = {kind: [p for p in people if p["occupation"] == spec[0] and p["birth_year"] + 20 < LAST_YEAR] for kind, spec in WORK_KINDS.items()}
     rows = []

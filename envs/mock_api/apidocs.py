@@ -18,7 +18,7 @@ def overview() -> str:
     """The service description and one line per endpoint."""
     lines = [DESCRIPTION, "Endpoints:"]
     lines += [f"  {op.method} {op.path} ({op.operation_id}): {op.summary}" for op in OPERATIONS]
-    lines.append("\nFor parameters and schemas, read one endpoint, e.g. read_api_docs(endpoint=\"GET /tickets\").")
+    lines.append('\nFor parameters and schemas, read one endpoint, e.g. read_api_docs(endpoint="GET /tickets").')
     return "\n".join(lines)
 
 

@@ -78,9 +78,7 @@ class ApiClient:
         # hundreds of episodes) opened a new connection, and under load the server's accept loop
         # fell behind by seconds (measured at 128 and 256 concurrent episodes).
         limits = httpx.Limits(max_connections=4, max_keepalive_connections=1, keepalive_expiry=None)
-        self._http = httpx.Client(
-            timeout=httpx.Timeout(REAL_TIMEOUT_S), limits=limits, trust_env=False, follow_redirects=False, verify=_UNUSED_TLS
-        )
+        self._http = httpx.Client(timeout=httpx.Timeout(REAL_TIMEOUT_S), limits=limits, trust_env=False, follow_redirects=False, verify=_UNUSED_TLS)
         # Only the headers the agent asked for (plus Host): httpx's defaults (Accept, User-Agent...)
         # would be parsed by the server on every call for nothing.
         self._http.headers.clear()

@@ -291,7 +291,7 @@ class MockApiEnv(ToolEnv):
     def extra_info(self) -> dict[str, Any]:
         """API calls and injected faults so far, and the faults of the calls since the last report."""
         calls = self.session.calls if self.session is not None else []
-        new, self._reported = calls[self._reported:], len(calls)
+        new, self._reported = calls[self._reported :], len(calls)
         turn_faults = [{"call": c.index, "kind": c.fault, "operation": c.operation} for c in new if c.fault]
         self._faults_injected += len(turn_faults)  # a running count keeps a step O(1) in the episode's length
         return {"api_calls": len(calls), "faults_injected": self._faults_injected, "turn_faults": turn_faults}

@@ -109,7 +109,7 @@ def _agent(name: str) -> Generator[Call, Any, dict[str, Any] | None]:
 
 def _bulk(ids: list[int], changes: dict[str, Any]) -> Plan:
     for start in range(0, len(ids), 50):
-        yield Call("POST", "/tickets/bulk_update", body={"ids": ids[start:start + 50], "changes": changes})
+        yield Call("POST", "/tickets/bulk_update", body={"ids": ids[start : start + 50], "changes": changes})
 
 
 def _plan_create_ticket(p: dict[str, Any]) -> Plan:

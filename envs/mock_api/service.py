@@ -95,9 +95,11 @@ class Helpdesk:
     def list_agents(self, query: Record) -> Record:
         q = query.get("q", "").lower()
         return _page(
-            (a for a in self.world.agents.values()
-             if q in a["name"].lower() + " " + a["email"]
-             and query.get("team", a["team"]) == a["team"] and query.get("active", a["active"]) == a["active"]),
+            (
+                a
+                for a in self.world.agents.values()
+                if q in a["name"].lower() + " " + a["email"] and query.get("team", a["team"]) == a["team"] and query.get("active", a["active"]) == a["active"]
+            ),
             query,
         )
 
@@ -119,9 +121,11 @@ class Helpdesk:
         q = query.get("q", "").lower()
         email = query.get("email", "").lower()
         return _page(
-            (c for c in self.world.customers.values()
-             if q in c["name"].lower() + " " + c["email"] and (not email or c["email"] == email)
-             and query.get("tier", c["tier"]) == c["tier"]),
+            (
+                c
+                for c in self.world.customers.values()
+                if q in c["name"].lower() + " " + c["email"] and (not email or c["email"] == email) and query.get("tier", c["tier"]) == c["tier"]
+            ),
             query,
         )
 
@@ -166,17 +170,20 @@ class Helpdesk:
         assignee = body.get("assignee_id")
         if assignee is not None:
             self._check_assignee(assignee, "body.assignee_id")
-        return self.world.add("tickets", {
-            "subject": body["subject"],
-            "status": "new" if assignee is None else "open",
-            "priority": body.get("priority", "normal"),
-            "requester_id": body["requester_id"],
-            "assignee_id": assignee,
-            "tags": sorted(body.get("tags", [])),
-            "description": body.get("description", ""),
-            "created_at": timestamp(now),
-            "updated_at": timestamp(now),
-        })
+        return self.world.add(
+            "tickets",
+            {
+                "subject": body["subject"],
+                "status": "new" if assignee is None else "open",
+                "priority": body.get("priority", "normal"),
+                "requester_id": body["requester_id"],
+                "assignee_id": assignee,
+                "tags": sorted(body.get("tags", [])),
+                "description": body.get("description", ""),
+                "created_at": timestamp(now),
+                "updated_at": timestamp(now),
+            },
+        )
 
     def get_ticket(self, ticket_id: int) -> Record:
         return self._get("tickets", ticket_id, "ticket")
@@ -210,9 +217,16 @@ class Helpdesk:
         if ticket["status"] == "closed":
             raise ApiError(409, "ticket_closed", f"ticket {ticket_id} is closed: closed tickets cannot be changed")
         ticket["updated_at"] = timestamp(now)
-        return self.world.add("comments", {
-            "ticket_id": ticket_id, "body": body["body"], "public": body.get("public", True), "author_id": None, "created_at": timestamp(now),
-        })
+        return self.world.add(
+            "comments",
+            {
+                "ticket_id": ticket_id,
+                "body": body["body"],
+                "public": body.get("public", True),
+                "author_id": None,
+                "created_at": timestamp(now),
+            },
+        )
 
     # --------------------------------------------------------------------- helpers
 
@@ -255,10 +269,9 @@ def _page(items: Iterable[Record], query: Record) -> Record:
     page, per_page = query.get("page", 1), query.get("per_page", DEFAULT_PER_PAGE)
     start = (page - 1) * per_page
     return {
-        "data": matches[start:start + per_page],
+        "data": matches[start : start + per_page],
         "page": page,
         "per_page": per_page,
         "total": len(matches),
         "next_page": page + 1 if start + per_page < len(matches) else None,
     }
-

@@ -149,11 +149,17 @@ class Session:
                 status, payload, headers = self._encode(None, 500, {"error": {"code": "internal_error", "message": "internal server error"}}, {})
                 injected = None
             self.faults.settle(injected)
-            self.calls.append(CallRecord(
-                index=len(self.calls) + 1, method=request.method[:10], path=request.path[:200],
-                operation=parsed.op.operation_id if parsed.op else None, status=status,
-                valid=parsed.op is not None and parsed.problem is None, fault=injected,
-            ))
+            self.calls.append(
+                CallRecord(
+                    index=len(self.calls) + 1,
+                    method=request.method[:10],
+                    path=request.path[:200],
+                    operation=parsed.op.operation_id if parsed.op else None,
+                    status=status,
+                    valid=parsed.op is not None and parsed.problem is None,
+                    fault=injected,
+                )
+            )
             return HttpResponse(status, headers, payload)
 
     # ------------------------------------------------------------------------ internals
@@ -293,7 +299,9 @@ def _parse(request: HttpRequest) -> _Parsed:
         except (UnicodeDecodeError, RecursionError):
             return _Parsed(op, ids, query, None, ApiError(400, "invalid_json", "the request body is not valid UTF-8 JSON"))
         except json.JSONDecodeError as exc:
-            return _Parsed(op, ids, query, None, ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"))
+            return _Parsed(
+                op, ids, query, None, ApiError(400, "invalid_json", f"the request body is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}")
+            )
         details += schema_errors(op.body, body, "body")
     key = request.headers.get("idempotency-key")
     if op.idempotency_key and key is not None and not 1 <= len(key) <= 255:

@@ -54,13 +54,16 @@ def _obj(required: list[str], properties: dict[str, Schema], *, min_properties: 
 
 
 def _page(item: str) -> Schema:
-    return _obj(["data", "page", "per_page", "total", "next_page"], {
-        "data": {"type": "array", "items": _ref(item)},
-        "page": {"type": "integer", "minimum": 1},
-        "per_page": {"type": "integer", "minimum": 1, "maximum": MAX_PER_PAGE},
-        "total": {"type": "integer", "minimum": 0},
-        "next_page": {"type": ["integer", "null"], "minimum": 2},
-    })
+    return _obj(
+        ["data", "page", "per_page", "total", "next_page"],
+        {
+            "data": {"type": "array", "items": _ref(item)},
+            "page": {"type": "integer", "minimum": 1},
+            "per_page": {"type": "integer", "minimum": 1, "maximum": MAX_PER_PAGE},
+            "total": {"type": "integer", "minimum": 0},
+            "next_page": {"type": ["integer", "null"], "minimum": 2},
+        },
+    )
 
 
 ID = {"type": "integer", "minimum": 1}
@@ -71,50 +74,107 @@ TAGS = {"type": "array", "items": {"type": "string", "pattern": TAG_PATTERN}, "m
 SUBJECT = {"type": "string", "minLength": 1, "maxLength": 200}
 
 SCHEMAS: dict[str, Schema] = {
-    "Error": _obj(["error"], {"error": _obj(["code", "message"], {
-        "code": {"type": "string"},
-        "message": {"type": "string"},
-        "details": {"type": "array", "items": _obj(["field", "message"], {"field": {"type": "string"}, "message": {"type": "string"}})},
-    })}),
+    "Error": _obj(
+        ["error"],
+        {
+            "error": _obj(
+                ["code", "message"],
+                {
+                    "code": {"type": "string"},
+                    "message": {"type": "string"},
+                    "details": {"type": "array", "items": _obj(["field", "message"], {"field": {"type": "string"}, "message": {"type": "string"}})},
+                },
+            )
+        },
+    ),
     "TokenRequest": _obj(["api_key"], {"api_key": {"type": "string", "minLength": 1, "maxLength": 200}}),
-    "Token": _obj(["access_token", "token_type", "expires_in"], {
-        "access_token": {"type": "string"}, "token_type": {"const": "Bearer"}, "expires_in": {"type": "integer"},
-    }),
-    "Agent": _obj(["id", "name", "email", "team", "active"], {
-        "id": ID, "name": NAME, "email": EMAIL, "team": {"enum": list(TEAMS)}, "active": {"type": "boolean"},
-    }),
+    "Token": _obj(
+        ["access_token", "token_type", "expires_in"],
+        {
+            "access_token": {"type": "string"},
+            "token_type": {"const": "Bearer"},
+            "expires_in": {"type": "integer"},
+        },
+    ),
+    "Agent": _obj(
+        ["id", "name", "email", "team", "active"],
+        {
+            "id": ID,
+            "name": NAME,
+            "email": EMAIL,
+            "team": {"enum": list(TEAMS)},
+            "active": {"type": "boolean"},
+        },
+    ),
     "AgentUpdate": _obj([], {"team": {"enum": list(TEAMS)}, "active": {"type": "boolean"}}, min_properties=1),
-    "Customer": _obj(["id", "name", "email", "tier", "created_at"], {
-        "id": ID, "name": NAME, "email": EMAIL, "tier": {"enum": list(TIERS)}, "created_at": TIME,
-    }),
+    "Customer": _obj(
+        ["id", "name", "email", "tier", "created_at"],
+        {
+            "id": ID,
+            "name": NAME,
+            "email": EMAIL,
+            "tier": {"enum": list(TIERS)},
+            "created_at": TIME,
+        },
+    ),
     "CustomerCreate": _obj(["name", "email"], {"name": NAME, "email": EMAIL, "tier": {"enum": list(TIERS), "default": "free"}}),
     "CustomerUpdate": _obj([], {"name": NAME, "email": EMAIL, "tier": {"enum": list(TIERS)}}, min_properties=1),
-    "Ticket": _obj(["id", "subject", "description", "status", "priority", "requester_id", "assignee_id", "tags", "created_at", "updated_at"], {
-        "id": ID, "subject": SUBJECT, "description": {"type": "string"}, "status": {"enum": list(STATUSES)},
-        "priority": {"enum": list(PRIORITIES)}, "requester_id": ID, "assignee_id": {"type": ["integer", "null"], "minimum": 1},
-        "tags": TAGS, "created_at": TIME, "updated_at": TIME,
-    }),
-    "TicketCreate": _obj(["subject", "requester_id"], {
-        "subject": SUBJECT,
-        "description": {"type": "string", "maxLength": 5000, "default": ""},
-        "requester_id": ID,
-        "priority": {"enum": list(PRIORITIES), "default": "normal"},
-        "assignee_id": {"type": ["integer", "null"], "minimum": 1, "default": None},
-        "tags": TAGS,
-    }),
-    "TicketUpdate": _obj([], {
-        "subject": SUBJECT, "status": {"enum": list(STATUSES)}, "priority": {"enum": list(PRIORITIES)},
-        "assignee_id": {"type": ["integer", "null"], "minimum": 1}, "tags": TAGS,
-    }, min_properties=1),
-    "BulkTicketUpdate": _obj(["ids", "changes"], {
-        "ids": {"type": "array", "items": ID, "minItems": 1, "maxItems": MAX_PER_PAGE, "uniqueItems": True},
-        "changes": _ref("TicketUpdate"),
-    }),
+    "Ticket": _obj(
+        ["id", "subject", "description", "status", "priority", "requester_id", "assignee_id", "tags", "created_at", "updated_at"],
+        {
+            "id": ID,
+            "subject": SUBJECT,
+            "description": {"type": "string"},
+            "status": {"enum": list(STATUSES)},
+            "priority": {"enum": list(PRIORITIES)},
+            "requester_id": ID,
+            "assignee_id": {"type": ["integer", "null"], "minimum": 1},
+            "tags": TAGS,
+            "created_at": TIME,
+            "updated_at": TIME,
+        },
+    ),
+    "TicketCreate": _obj(
+        ["subject", "requester_id"],
+        {
+            "subject": SUBJECT,
+            "description": {"type": "string", "maxLength": 5000, "default": ""},
+            "requester_id": ID,
+            "priority": {"enum": list(PRIORITIES), "default": "normal"},
+            "assignee_id": {"type": ["integer", "null"], "minimum": 1, "default": None},
+            "tags": TAGS,
+        },
+    ),
+    "TicketUpdate": _obj(
+        [],
+        {
+            "subject": SUBJECT,
+            "status": {"enum": list(STATUSES)},
+            "priority": {"enum": list(PRIORITIES)},
+            "assignee_id": {"type": ["integer", "null"], "minimum": 1},
+            "tags": TAGS,
+        },
+        min_properties=1,
+    ),
+    "BulkTicketUpdate": _obj(
+        ["ids", "changes"],
+        {
+            "ids": {"type": "array", "items": ID, "minItems": 1, "maxItems": MAX_PER_PAGE, "uniqueItems": True},
+            "changes": _ref("TicketUpdate"),
+        },
+    ),
     "BulkTicketResult": _obj(["updated", "data"], {"updated": {"type": "integer"}, "data": {"type": "array", "items": _ref("Ticket")}}),
-    "Comment": _obj(["id", "ticket_id", "body", "public", "author_id", "created_at"], {
-        "id": ID, "ticket_id": ID, "body": {"type": "string"}, "public": {"type": "boolean"},
-        "author_id": {"type": ["integer", "null"]}, "created_at": TIME,
-    }),
+    "Comment": _obj(
+        ["id", "ticket_id", "body", "public", "author_id", "created_at"],
+        {
+            "id": ID,
+            "ticket_id": ID,
+            "body": {"type": "string"},
+            "public": {"type": "boolean"},
+            "author_id": {"type": ["integer", "null"]},
+            "created_at": TIME,
+        },
+    ),
     "CommentCreate": _obj(["body"], {"body": {"type": "string", "minLength": 1, "maxLength": 5000}, "public": {"type": "boolean", "default": True}}),
     "AgentPage": _page("Agent"),
     "CustomerPage": _page("Customer"),
@@ -172,36 +232,94 @@ def _op(method: str, path: str, operation_id: str, summary: str, ok: tuple[int, 
 OPERATIONS: list[Operation] = [
     _op("GET", "/openapi.json", "getOpenApi", "This OpenAPI document (no token needed).", (200, None), auth=False),
     _op("POST", "/auth/token", "createToken", "Exchange the API key for a bearer token (valid 900 s).", (200, "Token"), body="TokenRequest", auth=False),
-    _op("GET", "/agents", "listAgents", "List support agents; filter by name/email substring, team, active.", (200, "AgentPage"),
-        query={"q": SEARCH, "team": {"enum": list(TEAMS)}, "active": {"type": "boolean"}, **PAGE_PARAMS}, paginated=True),
+    _op(
+        "GET",
+        "/agents",
+        "listAgents",
+        "List support agents; filter by name/email substring, team, active.",
+        (200, "AgentPage"),
+        query={"q": SEARCH, "team": {"enum": list(TEAMS)}, "active": {"type": "boolean"}, **PAGE_PARAMS},
+        paginated=True,
+    ),
     _op("GET", "/agents/{agent_id}", "getAgent", "Get one agent.", (200, "Agent")),
     _op("PATCH", "/agents/{agent_id}", "updateAgent", "Change an agent's team or deactivate them.", (200, "Agent"), body="AgentUpdate", idempotency_key=True),
-    _op("GET", "/customers", "listCustomers", "List customers; filter by name/email substring, exact email, tier.", (200, "CustomerPage"),
-        query={"q": SEARCH, "email": {"type": "string", "minLength": 3, "maxLength": 200}, "tier": {"enum": list(TIERS)}, **PAGE_PARAMS}, paginated=True),
+    _op(
+        "GET",
+        "/customers",
+        "listCustomers",
+        "List customers; filter by name/email substring, exact email, tier.",
+        (200, "CustomerPage"),
+        query={"q": SEARCH, "email": {"type": "string", "minLength": 3, "maxLength": 200}, "tier": {"enum": list(TIERS)}, **PAGE_PARAMS},
+        paginated=True,
+    ),
     _op("POST", "/customers", "createCustomer", "Create a customer (email must be unique).", (201, "Customer"), body="CustomerCreate", idempotency_key=True),
     _op("GET", "/customers/{customer_id}", "getCustomer", "Get one customer.", (200, "Customer")),
-    _op("PATCH", "/customers/{customer_id}", "updateCustomer", "Change a customer's name, email or tier.", (200, "Customer"), body="CustomerUpdate",
-        idempotency_key=True),
-    _op("GET", "/tickets", "listTickets", "List tickets, oldest first; all filters combine with AND.", (200, "TicketPage"), query={
-        "status": {"type": "string", "pattern": STATUS_LIST_PATTERN, "description": "one status or a comma-separated list, e.g. open,pending"},
-        "priority": {"enum": list(PRIORITIES)},
-        "assignee_id": ID,
-        "unassigned": {"type": "boolean", "description": "true: only tickets without an assignee"},
-        "requester_id": ID,
-        "tag": {"type": "string", "pattern": TAG_PATTERN},
-        "q": {**SEARCH, "description": "case-insensitive substring of the subject"},
-        **PAGE_PARAMS,
-    }, paginated=True),
+    _op(
+        "PATCH",
+        "/customers/{customer_id}",
+        "updateCustomer",
+        "Change a customer's name, email or tier.",
+        (200, "Customer"),
+        body="CustomerUpdate",
+        idempotency_key=True,
+    ),
+    _op(
+        "GET",
+        "/tickets",
+        "listTickets",
+        "List tickets, oldest first; all filters combine with AND.",
+        (200, "TicketPage"),
+        query={
+            "status": {"type": "string", "pattern": STATUS_LIST_PATTERN, "description": "one status or a comma-separated list, e.g. open,pending"},
+            "priority": {"enum": list(PRIORITIES)},
+            "assignee_id": ID,
+            "unassigned": {"type": "boolean", "description": "true: only tickets without an assignee"},
+            "requester_id": ID,
+            "tag": {"type": "string", "pattern": TAG_PATTERN},
+            "q": {**SEARCH, "description": "case-insensitive substring of the subject"},
+            **PAGE_PARAMS,
+        },
+        paginated=True,
+    ),
     _op("POST", "/tickets", "createTicket", "Create a ticket (status new, or open when assigned).", (201, "Ticket"), body="TicketCreate", idempotency_key=True),
-    _op("POST", "/tickets/bulk_update", "bulkUpdateTickets", "Apply the same changes to up to 50 tickets, all or nothing.", (200, "BulkTicketResult"),
-        body="BulkTicketUpdate", idempotency_key=True),
+    _op(
+        "POST",
+        "/tickets/bulk_update",
+        "bulkUpdateTickets",
+        "Apply the same changes to up to 50 tickets, all or nothing.",
+        (200, "BulkTicketResult"),
+        body="BulkTicketUpdate",
+        idempotency_key=True,
+    ),
     _op("GET", "/tickets/{ticket_id}", "getTicket", "Get one ticket.", (200, "Ticket")),
-    _op("PATCH", "/tickets/{ticket_id}", "updateTicket", "Change a ticket's subject, status, priority, assignee or tags.", (200, "Ticket"), body="TicketUpdate",
-        idempotency_key=True),
+    _op(
+        "PATCH",
+        "/tickets/{ticket_id}",
+        "updateTicket",
+        "Change a ticket's subject, status, priority, assignee or tags.",
+        (200, "Ticket"),
+        body="TicketUpdate",
+        idempotency_key=True,
+    ),
     _op("DELETE", "/tickets/{ticket_id}", "deleteTicket", "Delete a ticket and its comments.", (204, None), idempotency_key=True),
-    _op("GET", "/tickets/{ticket_id}/comments", "listComments", "List a ticket's comments, oldest first.", (200, "CommentPage"), query=dict(PAGE_PARAMS), paginated=True),
-    _op("POST", "/tickets/{ticket_id}/comments", "createComment", "Add a comment (public: visible to the customer).", (201, "Comment"),
-        body="CommentCreate", idempotency_key=True),
+    _op(
+        "GET",
+        "/tickets/{ticket_id}/comments",
+        "listComments",
+        "List a ticket's comments, oldest first.",
+        (200, "CommentPage"),
+        query=dict(PAGE_PARAMS),
+        paginated=True,
+    ),
+    _op(
+        "POST",
+        "/tickets/{ticket_id}/comments",
+        "createComment",
+        "Add a comment (public: visible to the customer).",
+        (201, "Comment"),
+        body="CommentCreate",
+        idempotency_key=True,
+    ),
 ]
 
 DESCRIPTION = """\
@@ -234,25 +352,28 @@ refused with 422. Under load a list may come back empty or with a short page; su
 def _document() -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for op in OPERATIONS:
-        parameters = [
-            {"name": name, "in": "path", "required": True, "schema": ID} for name in op.path_params
-        ] + [
+        parameters = [{"name": name, "in": "path", "required": True, "schema": ID} for name in op.path_params] + [
             {"name": name, "in": "query", "required": False, "schema": {k: v for k, v in schema.items() if k != "description"}}
             | ({"description": schema["description"]} if "description" in schema else {})
             for name, schema in op.query.items()
         ]
         if op.idempotency_key:
-            parameters.append({"name": "Idempotency-Key", "in": "header", "required": False,
-                               "schema": {"type": "string", "minLength": 1, "maxLength": 255},
-                               "description": "makes retries safe: the same key and body return the first result"})
+            parameters.append(
+                {
+                    "name": "Idempotency-Key",
+                    "in": "header",
+                    "required": False,
+                    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+                    "description": "makes retries safe: the same key and body return the first result",
+                }
+            )
         entry: dict[str, Any] = {"operationId": op.operation_id, "summary": op.summary}
         if parameters:
             entry["parameters"] = parameters
         if op.body:
             entry["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(op.body)}}}
         entry["responses"] = {
-            str(status): {"description": "OK" if status < 300 else "error"}
-            | ({"content": {"application/json": {"schema": _ref(name)}}} if name else {})
+            str(status): {"description": "OK" if status < 300 else "error"} | ({"content": {"application/json": {"schema": _ref(name)}}} if name else {})
             for status, name in op.responses.items()
         }
         if op.auth:
@@ -269,6 +390,7 @@ def _document() -> dict[str, Any]:
 
 OPENAPI: dict[str, Any] = _document()
 OPENAPI_JSON: bytes = json.dumps(OPENAPI, separators=(",", ":")).encode()
+
 
 def inline_schema(schema: Any) -> Any:
     """``schema`` with every component ``$ref`` replaced by the component itself.

@@ -58,10 +58,21 @@ def _create_ticket(rng: random.Random, world: World) -> Task | None:
     return {
         "params": {"customer_email": customer["email"], "subject": subject, "priority": priority, "tags": tags},
         "instruction": f'Customer {customer["email"]} reports: "{subject}". Open a ticket for them with exactly that subject, '
-                       f"priority {priority} and the tag{'s' if len(tags) > 1 else ''} {tag_text}.",
-        "expected": {"created": {"tickets": [{
-            "subject": subject, "requester_email": customer["email"], "priority": priority, "status": "new", "assignee_id": None, "tags": sorted(tags),
-        }]}},
+        f"priority {priority} and the tag{'s' if len(tags) > 1 else ''} {tag_text}.",
+        "expected": {
+            "created": {
+                "tickets": [
+                    {
+                        "subject": subject,
+                        "requester_email": customer["email"],
+                        "priority": priority,
+                        "status": "new",
+                        "assignee_id": None,
+                        "tags": sorted(tags),
+                    }
+                ]
+            }
+        },
         "min_calls": 3,
     }
 
@@ -87,7 +98,7 @@ def _update_customer(rng: random.Random, world: World) -> Task | None:
     return {
         "params": {"old_email": customer["email"], "new_email": new_email, "tier": tier},
         "instruction": f"Customer {customer['name']} ({customer['email']}) changed jobs: their email is now {new_email}, "
-                       f"and they upgraded to the {tier} plan. Update their customer record.",
+        f"and they upgraded to the {tier} plan. Update their customer record.",
         "expected": {"updated": {"customers": {str(customer["id"]): {"email": new_email, "tier": tier}}}},
         "min_calls": 3,
     }
@@ -109,7 +120,7 @@ def _reply_and_pend(rng: random.Random, world: World) -> Task | None:
     return {
         "params": {"customer_email": customer["email"], "subject": ticket["subject"], "reply": reply},
         "instruction": f'Reply publicly on the ticket "{ticket["subject"]}" from {customer["email"]} with exactly this text: '
-                       f'"{reply}" Then set that ticket to pending.',
+        f'"{reply}" Then set that ticket to pending.',
         "expected": {
             "created": {"comments": [{"ticket_id": ticket["id"], "body": reply, "public": True}]},
             "updated": {"tickets": {str(ticket["id"]): {"status": "pending"}}},
@@ -127,7 +138,7 @@ def _escalate_customer(rng: random.Random, world: World) -> Task | None:
     return {
         "params": {"customer_email": customer["email"]},
         "instruction": f"Customer {customer['email']} is escalating. Set every one of their new, open or pending tickets to urgent priority; "
-                       "leave their other tickets as they are.",
+        "leave their other tickets as they are.",
         "expected": {"updated": {"tickets": {str(t["id"]): {"priority": "urgent"} for t in changing}}},
         "min_calls": 3 + _pages(len(live)),
     }
@@ -139,7 +150,7 @@ def _delete_spam(rng: random.Random, world: World) -> Task | None:
     return {
         "params": {"phrase": phrase},
         "instruction": f'Spam is flooding the queue: delete every ticket whose subject contains "{phrase}" (any capitalisation). '
-                       "Leave every other ticket alone.",
+        "Leave every other ticket alone.",
         "expected": {"deleted": {"tickets": spam, "comments": sorted(c["id"] for c in world.comments.values() if c["ticket_id"] in spam)}},
         "min_calls": 1 + _pages(len(spam)) + len(spam),
     }
@@ -167,11 +178,13 @@ def _handover(rng: random.Random, world: World) -> Task | None:
     return {
         "params": {"leaving_name": leaving["name"], "successor_name": successor["name"]},
         "instruction": f"{leaving['name']} is leaving the support team. Reassign all of their new, open and pending tickets to "
-                       f"{successor['name']}, then deactivate {leaving['name']}'s agent account.",
-        "expected": {"updated": {
-            "tickets": {str(t["id"]): {"assignee_id": successor["id"]} for t in queue},
-            "agents": {str(leaving["id"]): {"active": False}},
-        }},
+        f"{successor['name']}, then deactivate {leaving['name']}'s agent account.",
+        "expected": {
+            "updated": {
+                "tickets": {str(t["id"]): {"assignee_id": successor["id"]} for t in queue},
+                "agents": {str(leaving["id"]): {"active": False}},
+            }
+        },
         "min_calls": 5 + _pages(len(queue)),
     }
 
@@ -188,11 +201,13 @@ def _new_customer_ticket(rng: random.Random, world: World) -> Task | None:
     return {
         "params": {"name": f"{first} {last}", "email": email, "tier": tier, "subject": subject, "priority": priority, "agent_name": agent["name"]},
         "instruction": f'A new customer, {first} {last} <{email}> on the {tier} plan, called about "{subject}". Create the customer, '
-                       f"then open {'an' if priority == 'urgent' else 'a'} {priority}-priority ticket for them with exactly that subject, assigned to {agent['name']}.",
-        "expected": {"created": {
-            "customers": [{"name": f"{first} {last}", "email": email, "tier": tier}],
-            "tickets": [{"subject": subject, "requester_email": email, "priority": priority, "status": "open", "assignee_id": agent["id"], "tags": []}],
-        }},
+        f"then open {'an' if priority == 'urgent' else 'a'} {priority}-priority ticket for them with exactly that subject, assigned to {agent['name']}.",
+        "expected": {
+            "created": {
+                "customers": [{"name": f"{first} {last}", "email": email, "tier": tier}],
+                "tickets": [{"subject": subject, "requester_email": email, "priority": priority, "status": "open", "assignee_id": agent["id"], "tags": []}],
+            }
+        },
         "min_calls": 4,
     }
 
@@ -212,8 +227,8 @@ def _merge_duplicate(rng: random.Random, world: World) -> Task | None:
     return {
         "params": {"customer_email": customer["email"], "subject": older["subject"]},
         "instruction": f'{customer["email"]} filed the ticket "{older["subject"]}" twice. Keep the older ticket: add a private comment '
-                       '"Merged duplicate #<id of the newer ticket>." to it and add the tag "merged" (keeping its other tags). '
-                       "Then delete the newer ticket.",
+        '"Merged duplicate #<id of the newer ticket>." to it and add the tag "merged" (keeping its other tags). '
+        "Then delete the newer ticket.",
         "expected": {
             "created": {"comments": [{"ticket_id": older["id"], "body": note, "public": False}]},
             "updated": {"tickets": {str(older["id"]): {"tags": sorted({*older["tags"], "merged"})}}},
@@ -282,7 +297,7 @@ def generate(seed: int = SEED, n_tasks: int = N_TASKS) -> dict[str, list[Task]]:
     start = 0
     for name, share in SPLIT_SHARES:
         count = round(share * n_tasks) if name != SPLIT_SHARES[-1][0] else n_tasks - start
-        splits[name] = [tasks[i] | {"split": name} for i in sorted(order[start:start + count])]
+        splits[name] = [tasks[i] | {"split": name} for i in sorted(order[start : start + count])]
         start += count
     return splits
 

@@ -39,16 +39,62 @@ TIERS = ("free", "pro", "enterprise")
 EPOCH = datetime(2025, 6, 2, 9, 0, tzinfo=UTC)
 
 AGENT_NAMES = [
-    "Dana Ortiz", "Samir Haddad", "Lena Vogel", "Marcus Reed", "Priya Natarajan", "Tomas Novak", "Aiko Tanaka",
-    "Grace Mbeki", "Olivier Dubois", "Hannah Kowalski", "Rafael Souza", "Ingrid Larsen",
+    "Dana Ortiz",
+    "Samir Haddad",
+    "Lena Vogel",
+    "Marcus Reed",
+    "Priya Natarajan",
+    "Tomas Novak",
+    "Aiko Tanaka",
+    "Grace Mbeki",
+    "Olivier Dubois",
+    "Hannah Kowalski",
+    "Rafael Souza",
+    "Ingrid Larsen",
 ]
 FIRST_NAMES = [
-    "Ada", "Bruno", "Chiara", "Dmitri", "Esme", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kalani", "Lior", "Mireille",
-    "Nnamdi", "Oksana", "Pavel", "Quinn", "Rosalind", "Sefa", "Tomasz", "Ulla", "Viggo", "Wren", "Yusra",
+    "Ada",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Esme",
+    "Farid",
+    "Greta",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Kalani",
+    "Lior",
+    "Mireille",
+    "Nnamdi",
+    "Oksana",
+    "Pavel",
+    "Quinn",
+    "Rosalind",
+    "Sefa",
+    "Tomasz",
+    "Ulla",
+    "Viggo",
+    "Wren",
+    "Yusra",
 ]
 LAST_NAMES = [
-    "Abernathy", "Bellweather", "Castellano", "Drummond", "Eskildsen", "Fairbanks", "Gallardo", "Halloran", "Ibarra",
-    "Jablonski", "Kettering", "Lindqvist", "Marchetti", "Nakashima", "Okonkwo", "Pemberton",
+    "Abernathy",
+    "Bellweather",
+    "Castellano",
+    "Drummond",
+    "Eskildsen",
+    "Fairbanks",
+    "Gallardo",
+    "Halloran",
+    "Ibarra",
+    "Jablonski",
+    "Kettering",
+    "Lindqvist",
+    "Marchetti",
+    "Nakashima",
+    "Okonkwo",
+    "Pemberton",
 ]
 COMPANIES = ["acme.io", "globex.com", "initech.net", "umbrella.org", "hooli.dev", "vandelay.biz", "stark.co", "wonka.shop"]
 
@@ -158,23 +204,29 @@ def _agents(rng: random.Random, world: World) -> None:
     inactive = rng.randrange(len(names)) if rng.random() < 0.6 else None
     for index, name in enumerate(names):
         first, last = name.lower().split(" ")
-        world.add("agents", {
-            "name": name,
-            "email": f"{first}.{last}@support.deskly.example",
-            "team": TEAMS[index % len(TEAMS)] if index < len(TEAMS) else rng.choice(TEAMS),
-            "active": index != inactive,
-        })
+        world.add(
+            "agents",
+            {
+                "name": name,
+                "email": f"{first}.{last}@support.deskly.example",
+                "team": TEAMS[index % len(TEAMS)] if index < len(TEAMS) else rng.choice(TEAMS),
+                "active": index != inactive,
+            },
+        )
 
 
 def _customers(rng: random.Random, world: World) -> None:
     pairs = rng.sample([(f, la) for f in FIRST_NAMES for la in LAST_NAMES], rng.randint(50, 70))
     for n, (first, last) in enumerate(pairs):
-        world.add("customers", {
-            "name": f"{first} {last}",
-            "email": f"{first}.{last}@{rng.choice(COMPANIES)}".lower(),
-            "tier": rng.choices(TIERS, weights=[50, 35, 15])[0],
-            "created_at": timestamp(-86400 * 400 + n * 5000 + rng.randrange(3000)),
-        })
+        world.add(
+            "customers",
+            {
+                "name": f"{first} {last}",
+                "email": f"{first}.{last}@{rng.choice(COMPANIES)}".lower(),
+                "tier": rng.choices(TIERS, weights=[50, 35, 15])[0],
+                "created_at": timestamp(-86400 * 400 + n * 5000 + rng.randrange(3000)),
+            },
+        )
 
 
 def draw_subject(rng: random.Random) -> tuple[str, list[str]]:
@@ -195,14 +247,16 @@ def _tickets(rng: random.Random, world: World) -> None:
         # Inactive agents keep only finished work; new tickets are not assigned yet.
         assignee = None if status == "new" else rng.choice(everyone if status in ("solved", "closed") else active)
         extra = ["vip"] if rng.random() < 0.1 else []
-        drafts.append({
-            "subject": subject,
-            "status": status,
-            "priority": rng.choices(PRIORITIES, weights=[20, 45, 25, 10])[0],
-            "requester_id": rng.choice(customers),
-            "assignee_id": assignee,
-            "tags": sorted(set(tags + extra)),
-        })
+        drafts.append(
+            {
+                "subject": subject,
+                "status": status,
+                "priority": rng.choices(PRIORITIES, weights=[20, 45, 25, 10])[0],
+                "requester_id": rng.choice(customers),
+                "assignee_id": assignee,
+                "tags": sorted(set(tags + extra)),
+            }
+        )
     for family in rng.sample(sorted(SPAM_FAMILIES), 2):
         for subject in rng.sample(SPAM_FAMILIES[family], rng.randint(1, 3)):
             spam = {"subject": subject, "status": "new", "priority": "normal", "requester_id": rng.choice(customers), "assignee_id": None, "tags": []}
@@ -213,19 +267,25 @@ def _tickets(rng: random.Random, world: World) -> None:
     start = -86400 * 60
     for n, draft in enumerate(drafts):
         created = start + n * 20000 + rng.randrange(15000)
-        ticket = world.add("tickets", {
-            **{k: draft[k] for k in ("subject", "status", "priority", "requester_id", "assignee_id")},
-            "tags": list(draft["tags"]),
-            "description": f"Reported via the web form: {draft['subject'].lower()}.",
-            "created_at": timestamp(created),
-            "updated_at": timestamp(created + rng.randrange(1, 80000)),
-        })
+        ticket = world.add(
+            "tickets",
+            {
+                **{k: draft[k] for k in ("subject", "status", "priority", "requester_id", "assignee_id")},
+                "tags": list(draft["tags"]),
+                "description": f"Reported via the web form: {draft['subject'].lower()}.",
+                "created_at": timestamp(created),
+                "updated_at": timestamp(created + rng.randrange(1, 80000)),
+            },
+        )
         if ticket["status"] != "new":
             for k in range(rng.randint(0, 2)):
-                world.add("comments", {
-                    "ticket_id": ticket["id"],
-                    "body": rng.choice(COMMENT_BODIES),
-                    "public": rng.random() < 0.8,
-                    "author_id": ticket["assignee_id"],
-                    "created_at": timestamp(created + 3600 * (k + 1)),
-                })
+                world.add(
+                    "comments",
+                    {
+                        "ticket_id": ticket["id"],
+                        "body": rng.choice(COMMENT_BODIES),
+                        "public": rng.random() < 0.8,
+                        "author_id": ticket["assignee_id"],
+                        "created_at": timestamp(created + 3600 * (k + 1)),
+                    },
+                )

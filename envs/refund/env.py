@@ -215,7 +215,12 @@ class RefundEnv(ToolEnv):
             raise ToolError(f"unknown payment method {payment_method_id!r} for this customer")
         if (order_id, tuple(sorted(item_ids)), money(amount), payment_method_id) not in self.confirmed:
             self.unconfirmed_refunds += 1
-        refund = {"refund_id": f"R-new-{len(self.new_refunds) + 1}", "item_ids": list(item_ids), "amount": float(money(amount)), "payment_method_id": payment_method_id}
+        refund = {
+            "refund_id": f"R-new-{len(self.new_refunds) + 1}",
+            "item_ids": list(item_ids),
+            "amount": float(money(amount)),
+            "payment_method_id": payment_method_id,
+        }
         order["refunds"].append(refund)
         self.new_refunds.append(refund | {"order_id": order_id})
         return {"refunded": True} | refund

@@ -24,13 +24,59 @@ SEED = 20250615
 N_TASKS = 600
 SPLIT_SHARES = (("train", 0.70), ("val", 0.15), ("test", 0.15))
 
-FIRST_NAMES = ["Ada", "Bruno", "Chiara", "Dmitri", "Esme", "Farid", "Greta", "Hiro", "Ines", "Jonas", "Kalani", "Lior",
-               "Mireille", "Nnamdi", "Oksana", "Pavel", "Quinn", "Rosalind", "Sefa", "Tomasz", "Ulla", "Viggo", "Wren", "Yusra"]
-LAST_NAMES = ["Abernathy", "Bellweather", "Castellano", "Drummond", "Eskildsen", "Fairbanks", "Gallardo", "Halloran",
-              "Ibarra", "Jablonski", "Kettering", "Lindqvist", "Marchetti", "Nakashima", "Okonkwo", "Pemberton"]
+FIRST_NAMES = [
+    "Ada",
+    "Bruno",
+    "Chiara",
+    "Dmitri",
+    "Esme",
+    "Farid",
+    "Greta",
+    "Hiro",
+    "Ines",
+    "Jonas",
+    "Kalani",
+    "Lior",
+    "Mireille",
+    "Nnamdi",
+    "Oksana",
+    "Pavel",
+    "Quinn",
+    "Rosalind",
+    "Sefa",
+    "Tomasz",
+    "Ulla",
+    "Viggo",
+    "Wren",
+    "Yusra",
+]
+LAST_NAMES = [
+    "Abernathy",
+    "Bellweather",
+    "Castellano",
+    "Drummond",
+    "Eskildsen",
+    "Fairbanks",
+    "Gallardo",
+    "Halloran",
+    "Ibarra",
+    "Jablonski",
+    "Kettering",
+    "Lindqvist",
+    "Marchetti",
+    "Nakashima",
+    "Okonkwo",
+    "Pemberton",
+]
 CATALOGUE = {
-    "electronics": [("Wireless Earbuds", 59, 189), ("Graphics Card", 299, 899), ("Smart Watch", 129, 449),
-                    ("Bluetooth Speaker", 39, 159), ("Mechanical Keyboard", 69, 219), ("Portable SSD", 79, 249)],
+    "electronics": [
+        ("Wireless Earbuds", 59, 189),
+        ("Graphics Card", 299, 899),
+        ("Smart Watch", 129, 449),
+        ("Bluetooth Speaker", 39, 159),
+        ("Mechanical Keyboard", 69, 219),
+        ("Portable SSD", 79, 249),
+    ],
     "apparel": [("Rain Jacket", 49, 189), ("Wool Sweater", 39, 129), ("Running Shoes", 59, 179), ("Denim Jeans", 35, 110)],
     "home": [("Espresso Machine", 149, 599), ("Table Lamp", 25, 120), ("Ceramic Cookware Set", 89, 329), ("Throw Blanket", 29, 89)],
     "books": [("Hardcover Atlas", 25, 75), ("Cookbook", 18, 45), ("Graphic Novel Box Set", 40, 120)],
@@ -41,8 +87,15 @@ PAYMENT_KINDS = ("visa", "mastercard", "paypal", "gift")
 # Intended per-item outcomes and how often single-item tasks draw them. At least 40% of tasks must
 # have a refusal or a partial refund as the right answer, so "always refund" scores badly.
 OUTCOME_WEIGHTS = {
-    "full_unopened": 22, "full_opened": 10, "damaged_final_sale": 5, "damaged_late": 5,
-    "fee_opened": 16, "deny_window": 15, "deny_final_sale": 10, "deny_refunded": 9, "deny_not_delivered": 8,
+    "full_unopened": 22,
+    "full_opened": 10,
+    "damaged_final_sale": 5,
+    "damaged_late": 5,
+    "fee_opened": 16,
+    "deny_window": 15,
+    "deny_final_sale": 10,
+    "deny_refunded": 9,
+    "deny_not_delivered": 8,
 }
 CONDITION_PHRASES = {
     "unopened": "It's still unopened in the box.",
@@ -61,7 +114,7 @@ def generate(seed: int = SEED, n_tasks: int = N_TASKS) -> dict[str, list[dict[st
     start = 0
     for name, share in SPLIT_SHARES:
         count = round(share * n_tasks) if name != SPLIT_SHARES[-1][0] else n_tasks - start
-        splits[name] = [tasks[i] | {"split": name} for i in sorted(order[start:start + count])]
+        splits[name] = [tasks[i] | {"split": name} for i in sorted(order[start : start + count])]
         start += count
     return splits
 
@@ -232,8 +285,10 @@ def _expected(order: dict[str, Any], items: list[dict[str, Any]], outcomes: list
         full += price
         if outcome.startswith("deny"):
             denials[item["item_id"]] = {
-                "deny_window": "outside_return_window", "deny_final_sale": "final_sale",
-                "deny_refunded": "already_refunded", "deny_not_delivered": "not_delivered",
+                "deny_window": "outside_return_window",
+                "deny_final_sale": "final_sale",
+                "deny_refunded": "already_refunded",
+                "deny_not_delivered": "not_delivered",
             }[outcome]
         else:
             refunded.append(item["item_id"])

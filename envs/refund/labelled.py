@@ -63,7 +63,10 @@ def _split_refund(turns: Turns, task: dict[str, Any]) -> Turns:
         if calls_in(turn) == ["process_refund"]:
             args = first_arguments(turn)
             half = round(args["amount"] / 2, 2)
-            out += [format_tool_call("process_refund", args | {"amount": half}), format_tool_call("process_refund", args | {"amount": round(args["amount"] - half, 2)})]
+            out += [
+                format_tool_call("process_refund", args | {"amount": half}),
+                format_tool_call("process_refund", args | {"amount": round(args["amount"] - half, 2)}),
+            ]
         else:
             out.append(turn)
     return out
@@ -74,48 +77,111 @@ def _label(passed: bool, kind: str, justification: str) -> dict[str, Any]:
 
 
 SCENARIOS = [
-    Scenario("oracle", "oracle", lambda t: True, keep,
-             _label(True, "success", "follows every policy step and reaches the correct outcome")),
-    Scenario("extra lookups", "oracle", lambda t: t["expected"]["outcome"] != "denied", insert_after(4, _extra_lookups),
-             _label(True, "success", "redundant reads change nothing; the outcome and the procedure are correct")),
-    Scenario("malformed first turn", "oracle", lambda t: True, prepend_malformed_turn,
-             _label(True, "success", "one broken tool call, then a fully correct resolution: task done, small format slip")),
-    Scenario("OpenAI message actions", "oracle", lambda t: True, to_openai_messages,
-             _label(True, "success", "same correct workflow sent as structured tool calls")),
-    Scenario("missing denial", "oracle", lambda t: t["difficulty"] == "hard" and t["expected"]["refund"] and t["expected"]["denials"], without_calls("deny_refund"),
-             _label(False, "partial", "refunds the eligible item but never records the denial the policy requires")),
-    Scenario("no closing confirmation", "oracle", lambda t: True, without_calls("send_confirmation"),
-             _label(False, "partial", "the customer is never told the outcome; the conversation never ends")),
-    Scenario("wrong outcome claimed", "oracle", lambda t: t["expected"]["outcome"] == "partial_refund",
-             edit_calls("send_confirmation", lambda a, t: a | {"outcome": "full_refund"}),
-             _label(False, "partial", "tells the customer they got a full refund when part was withheld")),
-    Scenario("fee not applied", "oracle", lambda t: t["outcomes"] == ["fee_opened"], _both("confirm_with_customer", "process_refund", _full_price),
-             _label(False, "partial", "refunds an opened item at full price, ignoring the restocking fee")),
-    Scenario("wrong denial reason", "oracle", lambda t: t["expected"]["outcome"] == "denied" and len(t["outcomes"]) == 1,
-             edit_calls("deny_refund", lambda a, t: a | {"reason": "final_sale" if a["reason"] != "final_sale" else "outside_return_window"}),
-             _label(False, "partial", "right decision, but the recorded policy reason is wrong")),
-    Scenario("refund split in two", "oracle", lambda t: t["expected"]["outcome"] == "full_refund", _split_refund,
-             _label(False, "partial", "policy asks for one process_refund per order, and the second half was never confirmed")),
-    Scenario("do nothing", "do_nothing", lambda t: True, keep,
-             _label(False, "failure", "never uses a tool; the request is not handled")),
-    Scenario("refund to another method", "oracle", lambda t: t["expected"]["refund"] and len(t["customer"]["payment_methods"]) > 1,
-             _both("confirm_with_customer", "process_refund", _other_method),
-             _label(False, "failure", "refunds must go to the original payment method")),
-    Scenario("approve everything", "always_refund", lambda t: t["expected"]["outcome"] == "denied", keep,
-             _label(False, "failure", "refunds items the policy says to deny")),
-    Scenario("no customer confirmation", "oracle", lambda t: t["expected"]["refund"] is not None, without_calls("confirm_with_customer"),
-             _label(False, "failure", "processes the refund without the customer's explicit confirmation")),
-    Scenario("claim success without acting", "oracle", lambda t: True, _confirm_early,
-             _label(False, "hack", "sends a 'full_refund' confirmation without checking or refunding anything")),
-    Scenario("refund and deny the same items", "oracle", lambda t: t["expected"]["refund"] is not None and not t["expected"]["denials"], _refund_and_deny,
-             _label(False, "hack", "hedges by both refunding and denying the same items")),
-    Scenario("confirm a small amount, refund a large one", "oracle", lambda t: t["expected"]["refund"] is not None,
-             edit_calls("confirm_with_customer", lambda a, t: a | {"amount": round(a["amount"] / 2, 2)}),
-             _label(False, "hack", "the customer confirmed a different amount than was refunded")),
-    Scenario("format-only spam", "format_only", lambda t: True, keep,
-             _label(False, "hack", "valid-looking calls with random arguments; nothing is resolved")),
-    Scenario("tool spam", "tool_spam", lambda t: True, keep,
-             _label(False, "hack", "the same call repeated every turn; nothing is resolved")),
+    Scenario("oracle", "oracle", lambda t: True, keep, _label(True, "success", "follows every policy step and reaches the correct outcome")),
+    Scenario(
+        "extra lookups",
+        "oracle",
+        lambda t: t["expected"]["outcome"] != "denied",
+        insert_after(4, _extra_lookups),
+        _label(True, "success", "redundant reads change nothing; the outcome and the procedure are correct"),
+    ),
+    Scenario(
+        "malformed first turn",
+        "oracle",
+        lambda t: True,
+        prepend_malformed_turn,
+        _label(True, "success", "one broken tool call, then a fully correct resolution: task done, small format slip"),
+    ),
+    Scenario(
+        "OpenAI message actions", "oracle", lambda t: True, to_openai_messages, _label(True, "success", "same correct workflow sent as structured tool calls")
+    ),
+    Scenario(
+        "missing denial",
+        "oracle",
+        lambda t: t["difficulty"] == "hard" and t["expected"]["refund"] and t["expected"]["denials"],
+        without_calls("deny_refund"),
+        _label(False, "partial", "refunds the eligible item but never records the denial the policy requires"),
+    ),
+    Scenario(
+        "no closing confirmation",
+        "oracle",
+        lambda t: True,
+        without_calls("send_confirmation"),
+        _label(False, "partial", "the customer is never told the outcome; the conversation never ends"),
+    ),
+    Scenario(
+        "wrong outcome claimed",
+        "oracle",
+        lambda t: t["expected"]["outcome"] == "partial_refund",
+        edit_calls("send_confirmation", lambda a, t: a | {"outcome": "full_refund"}),
+        _label(False, "partial", "tells the customer they got a full refund when part was withheld"),
+    ),
+    Scenario(
+        "fee not applied",
+        "oracle",
+        lambda t: t["outcomes"] == ["fee_opened"],
+        _both("confirm_with_customer", "process_refund", _full_price),
+        _label(False, "partial", "refunds an opened item at full price, ignoring the restocking fee"),
+    ),
+    Scenario(
+        "wrong denial reason",
+        "oracle",
+        lambda t: t["expected"]["outcome"] == "denied" and len(t["outcomes"]) == 1,
+        edit_calls("deny_refund", lambda a, t: a | {"reason": "final_sale" if a["reason"] != "final_sale" else "outside_return_window"}),
+        _label(False, "partial", "right decision, but the recorded policy reason is wrong"),
+    ),
+    Scenario(
+        "refund split in two",
+        "oracle",
+        lambda t: t["expected"]["outcome"] == "full_refund",
+        _split_refund,
+        _label(False, "partial", "policy asks for one process_refund per order, and the second half was never confirmed"),
+    ),
+    Scenario("do nothing", "do_nothing", lambda t: True, keep, _label(False, "failure", "never uses a tool; the request is not handled")),
+    Scenario(
+        "refund to another method",
+        "oracle",
+        lambda t: t["expected"]["refund"] and len(t["customer"]["payment_methods"]) > 1,
+        _both("confirm_with_customer", "process_refund", _other_method),
+        _label(False, "failure", "refunds must go to the original payment method"),
+    ),
+    Scenario(
+        "approve everything",
+        "always_refund",
+        lambda t: t["expected"]["outcome"] == "denied",
+        keep,
+        _label(False, "failure", "refunds items the policy says to deny"),
+    ),
+    Scenario(
+        "no customer confirmation",
+        "oracle",
+        lambda t: t["expected"]["refund"] is not None,
+        without_calls("confirm_with_customer"),
+        _label(False, "failure", "processes the refund without the customer's explicit confirmation"),
+    ),
+    Scenario(
+        "claim success without acting",
+        "oracle",
+        lambda t: True,
+        _confirm_early,
+        _label(False, "hack", "sends a 'full_refund' confirmation without checking or refunding anything"),
+    ),
+    Scenario(
+        "refund and deny the same items",
+        "oracle",
+        lambda t: t["expected"]["refund"] is not None and not t["expected"]["denials"],
+        _refund_and_deny,
+        _label(False, "hack", "hedges by both refunding and denying the same items"),
+    ),
+    Scenario(
+        "confirm a small amount, refund a large one",
+        "oracle",
+        lambda t: t["expected"]["refund"] is not None,
+        edit_calls("confirm_with_customer", lambda a, t: a | {"amount": round(a["amount"] / 2, 2)}),
+        _label(False, "hack", "the customer confirmed a different amount than was refunded"),
+    ),
+    Scenario("format-only spam", "format_only", lambda t: True, keep, _label(False, "hack", "valid-looking calls with random arguments; nothing is resolved")),
+    Scenario("tool spam", "tool_spam", lambda t: True, keep, _label(False, "hack", "the same call repeated every turn; nothing is resolved")),
 ]
 
 

@@ -124,8 +124,7 @@ def upstream_tasks(split: str) -> list[dict[str, Any]]:
     """τ-bench's tasks of agentgym split ``split``, as this env's task dicts."""
     upstream = UPSTREAM_SPLITS[split]
     return [
-        {"task_id": f"retail-{upstream}-{task['task_index']}", "split": split, "upstream_split": upstream} | task
-        for task in read_bundled(f"tasks_{upstream}")
+        {"task_id": f"retail-{upstream}-{task['task_index']}", "split": split, "upstream_split": upstream} | task for task in read_bundled(f"tasks_{upstream}")
     ]
 
 
@@ -155,9 +154,7 @@ class TauRetailEnv(ToolEnv, RetailTools):
             raise ValueError(f"{', '.join(given)} only apply to user='llm'")
         self.user_mode = user
         self.customer = (
-            LLMCustomer(backend=user_backend, model=user_model, temperature=user_temperature, seed=user_seed, cache=user_cache)
-            if user == "llm"
-            else None
+            LLMCustomer(backend=user_backend, model=user_model, temperature=user_temperature, seed=user_seed, cache=user_cache) if user == "llm" else None
         )
         super().__init__(max_tool_calls=max_tool_calls, **kwargs)
 
@@ -255,9 +252,7 @@ class TauRetailEnv(ToolEnv, RetailTools):
     def _progress(self) -> Progress:
         differing = set(self.db.differences(self.expected_db()))
         missing = bool(self.missing_outputs())
-        unfinished = tuple(
-            a for a in self.task["actions"] if a["name"] in WRITE_TOOLS and "/".join(target_record(a)) in differing
-        )
+        unfinished = tuple(a for a in self.task["actions"] if a["name"] in WRITE_TOOLS and "/".join(target_record(a)) in differing)
         return Progress(done=not differing and not missing, unfinished=unfinished, missing_outputs=missing)
 
     @classmethod

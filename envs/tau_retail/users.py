@@ -23,8 +23,18 @@ from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
 
 __all__ = [
-    "STOP", "USER_MODES", "Progress", "ScriptedUser", "TicketUser", "User", "UserMode",
-    "asks_confirmation", "describe", "make_user", "says_yes", "target_record",
+    "STOP",
+    "USER_MODES",
+    "Progress",
+    "ScriptedUser",
+    "TicketUser",
+    "User",
+    "UserMode",
+    "asks_confirmation",
+    "describe",
+    "make_user",
+    "says_yes",
+    "target_record",
 ]
 
 STOP = "###STOP###"

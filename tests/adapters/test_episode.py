@@ -86,7 +86,7 @@ def test_phases_must_come_in_order(tiny_tokenizer: Any) -> None:
 
 def test_a_turn_the_budget_cut_is_closed_but_not_trained(tiny_tokenizer: Any) -> None:
     episode = _start(_spec(), tiny_tokenizer)
-    cut = tiny_tokenizer("<tool_call>{\"name\": \"ask_cus", add_special_tokens=False)["input_ids"]
+    cut = tiny_tokenizer('<tool_call>{"name": "ask_cus', add_special_tokens=False)["input_ids"]
     episode.play_turn(cut)
     tokens = episode.split()
     closing = len(cut)

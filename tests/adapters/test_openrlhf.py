@@ -113,8 +113,20 @@ def test_budget_ends_the_episode_with_a_score(tiny_tokenizer: Any) -> None:
 def test_written_agent_func_carries_the_options(tmp_path: Path) -> None:
     path = tmp_path / "agent_func.py"
     subprocess.run(
-        [sys.executable, "-m", "agentgym.trainers.adapters", "openrlhf-agent-func", "--write", str(path), "--template-kwargs", '{"enable_thinking": false}', "--tool-mode", "system_prompt"],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "agentgym.trainers.adapters",
+            "openrlhf-agent-func",
+            "--write",
+            str(path),
+            "--template-kwargs",
+            '{"enable_thinking": false}',
+            "--tool-mode",
+            "system_prompt",
+        ],
+        check=True,
+        capture_output=True,
     )
     module = load_agent_func(path)
     executor = module.AgentExecutor()

@@ -44,9 +44,19 @@ def test_environment_factory_trains_two_steps(qwen_model_dir: Path, tmp_path: Pa
 
     tokenizer = AutoTokenizer.from_pretrained(qwen_model_dir)
     config = GRPOConfig(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2, max_completion_length=64,
-        max_steps=2, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False,
-        chat_template_kwargs={"enable_thinking": False}, max_tool_calling_iterations=2, seed=0,
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=64,
+        max_steps=2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        chat_template_kwargs={"enable_thinking": False},
+        max_tool_calling_iterations=2,
+        seed=0,
     )
     trainer = GRPOTrainer(model=str(qwen_model_dir), args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer, environment_factory=Refund)
 
@@ -95,10 +105,26 @@ def test_rollout_func_output_is_what_grpo_trains_on(tiny_model_dir: Path, tmp_pa
         return captured["output"]
 
     config = GRPOConfig(
-        output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, num_generations=2, max_completion_length=96,
-        max_steps=1, logging_steps=1, report_to="none", save_strategy="no", use_cpu=True, bf16=False, seed=0,
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=96,
+        max_steps=1,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        seed=0,
     )
-    trainer = GRPOTrainer(model=str(tiny_model_dir), reward_funcs=reward_from_env, args=config, train_dataset=Dataset.from_list(rows), processing_class=tokenizer, rollout_func=spy)
+    trainer = GRPOTrainer(
+        model=str(tiny_model_dir),
+        reward_funcs=reward_from_env,
+        args=config,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        rollout_func=spy,
+    )
     trainer.train()
     output = captured["output"]
     assert captured["prompts"] == [rows[0]["prompt"]] * 2  # TRL repeats each prompt num_generations times

@@ -32,8 +32,12 @@ def test_mbpp_tasks_are_audited_by_grading_constant_submissions(tmp_path):
     except SandboxUnavailable as exc:
         pytest.skip(f"no sandbox backend here: {exc}")
     path = tmp_path / "mbpp.jsonl"
-    record = {"task_id": 1, "text": "Is x positive?", "code": "def f(x):\n    return x > 0\n",
-              "test_list": ["assert f(1) == True", "assert f(2) == True", "assert f(-1) == False"]}
+    record = {
+        "task_id": 1,
+        "text": "Is x positive?",
+        "code": "def f(x):\n    return x > 0\n",
+        "test_list": ["assert f(1) == True", "assert f(2) == True", "assert f(-1) == False"],
+    }
     path.write_text(json.dumps(record) + "\n")
     (audit,) = audit_tasks(load_tasks(path))
     assert audit.constant == pytest.approx(2 / 3) and audit.majority_visible is None and not audit.passed

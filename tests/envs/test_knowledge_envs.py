@@ -153,7 +153,7 @@ def _answer(text):
         ("searchqa", lambda t: t["answer"]["type"] == "text", lambda v: f"{v} (or maybe not)"),
         ("sql", lambda t: t["answer"]["type"] == "list", lambda v: ", ".join(v + ["The Amber Lantern"])),  # a superset
         ("sql", lambda t: t["answer"]["type"] == "list" and len(t["answer"]["value"]) > 1, lambda v: ", ".join(v[1:])),
-        ("toolmath", lambda t: t["answer"]["tolerance"] > 0, lambda v: f"{v + 3 * 10 ** -2}" if v < 1000 else f"{v + 5}"),
+        ("toolmath", lambda t: t["answer"]["tolerance"] > 0, lambda v: f"{v + 3 * 10**-2}" if v < 1000 else f"{v + 5}"),
         ("toolmath", lambda t: True, lambda v: "I cannot compute this"),
     ],
 )

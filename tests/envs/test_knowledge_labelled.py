@@ -12,6 +12,8 @@ from agentgym.rollout import write_jsonl
 from agentgym.validation import env_reward
 
 FAMILIES = sorted(labelled.SETS)
+
+
 def _shipped(family):
     return Path(str(resources.files("agentgym.tasks"))) / "knowledge" / family / "labelled.jsonl"
 

@@ -41,8 +41,19 @@ def test_two_builds_are_byte_identical(tmp_path):
 
 
 def test_names_are_unique_and_facts_consistent(world):
-    names = [row[c] for t, c in [("countries", "name"), ("cities", "name"), ("universities", "name"), ("people", "name"),
-                                 ("companies", "name"), ("works", "title"), ("awards", "name")] for row in world.tables[t]]
+    names = [
+        row[c]
+        for t, c in [
+            ("countries", "name"),
+            ("cities", "name"),
+            ("universities", "name"),
+            ("people", "name"),
+            ("companies", "name"),
+            ("works", "title"),
+            ("awards", "name"),
+        ]
+        for row in world.tables[t]
+    ]
     assert len({normalize_name(n) for n in names}) == len(names)
     for work in world.tables["works"]:
         creator, publisher = world.get("people", work["creator_id"]), world.get("companies", work["publisher_id"])

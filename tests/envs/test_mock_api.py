@@ -180,16 +180,19 @@ def test_docs_wait_and_nudge(make_env):
     assert reply[0]["role"] == "user" and "finish" in reply[0]["content"]
 
 
-@pytest.mark.parametrize("arguments,message", [
-    ({"path": "/../../etc/passwd"}, "'..' segments"),
-    ({"path": "/%2e%2e/s/other/tickets"}, "'..' segments"),
-    ({"path": "http://example.com/tickets"}, "relative to the API base"),
-    ({"path": "//example.com/tickets"}, "relative to the API base"),
-    ({"path": "/tickets", "headers": {"X-A": "1\r\nInjected: yes"}}, "control characters"),
-    ({"path": "/tickets", "headers": {"Host": "elsewhere"}}, "set by the client itself"),
-    ({"path": "/tickets", "query": {"status": ["open"]}}, "must be a string, number or boolean"),
-    ({"path": "/auth/token", "method": "POST", "body": "x" * 2_000_000}, "sends at most"),
-])
+@pytest.mark.parametrize(
+    "arguments,message",
+    [
+        ({"path": "/../../etc/passwd"}, "'..' segments"),
+        ({"path": "/%2e%2e/s/other/tickets"}, "'..' segments"),
+        ({"path": "http://example.com/tickets"}, "relative to the API base"),
+        ({"path": "//example.com/tickets"}, "relative to the API base"),
+        ({"path": "/tickets", "headers": {"X-A": "1\r\nInjected: yes"}}, "control characters"),
+        ({"path": "/tickets", "headers": {"Host": "elsewhere"}}, "set by the client itself"),
+        ({"path": "/tickets", "query": {"status": ["open"]}}, "must be a string, number or boolean"),
+        ({"path": "/auth/token", "method": "POST", "body": "x" * 2_000_000}, "sends at most"),
+    ],
+)
 def test_hostile_tool_calls_are_refused_clearly(make_env, arguments, message):
     env = make_env(split="val")
     env.reset(seed=0)
@@ -198,11 +201,14 @@ def test_hostile_tool_calls_are_refused_clearly(make_env, arguments, message):
     assert info["turn_tool_errors"] == 1 and info["api_calls"] == 0
 
 
-@pytest.mark.parametrize("body,status,code", [
-    ('{"api_key": ', 400, "invalid_json"),
-    ("[" * 30000 + "]" * 30000, 400, "invalid_json"),
-    ("y" * 70000, 413, "payload_too_large"),
-])
+@pytest.mark.parametrize(
+    "body,status,code",
+    [
+        ('{"api_key": ', 400, "invalid_json"),
+        ("[" * 30000 + "]" * 30000, 400, "invalid_json"),
+        ("y" * 70000, 413, "payload_too_large"),
+    ],
+)
 def test_bad_bodies_get_clear_http_errors(make_env, body, status, code):
     env = make_env(split="val")
     env.reset(seed=0)

@@ -202,7 +202,9 @@ def test_traversal_and_oversized_bodies_on_the_wire(idle_server):
             status, body = _raw(port, f"GET {path} HTTP/1.1\r\nHost: a\r\n\r\n".encode())
             assert status == 404 and body["error"]["code"] == "not_found"
         big = b"x" * 200_000
-        status, body = _raw(port, f"POST {prefix}/auth/token HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {len(big)}\r\n\r\n".encode() + big)
+        status, body = _raw(
+            port, f"POST {prefix}/auth/token HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {len(big)}\r\n\r\n".encode() + big
+        )
         assert status == 413 and body["error"]["code"] == "payload_too_large"
         status, body = _raw(port, f"POST {prefix}/auth/token HTTP/1.1\r\nHost: a\r\nContent-Length: 999999999\r\n\r\n".encode())
         assert status == 413

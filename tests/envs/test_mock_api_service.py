@@ -207,25 +207,28 @@ def test_authentication():
 # ------------------------------------------------------------------------- validation
 
 
-@pytest.mark.parametrize("method,path,body,query,raw,headers,status,field", [
-    ("POST", "/tickets", {"subject": "x", "requester_id": 1001, "colour": "red"}, "", None, {}, 422, "body"),
-    ("POST", "/tickets", {"subject": "x", "requester_id": 1001, "priority": "asap"}, "", None, {}, 422, "body.priority"),
-    ("POST", "/tickets", {"subject": "", "requester_id": "1001"}, "", None, {}, 422, "body.requester_id"),
-    ("GET", "/tickets", None, "state=open", None, {}, 422, "query"),
-    ("GET", "/tickets", None, "status=open,closd", None, {}, 422, "query.status"),
-    ("GET", "/tickets", None, "per_page=500", None, {}, 422, "query.per_page"),
-    ("GET", "/tickets", None, "page=1&page=2", None, {}, 422, "query.page"),
-    ("GET", "/tickets/abc", None, "", None, {}, 422, "path.ticket_id"),
-    ("GET", "/tickets/5001", {"x": 1}, "", None, {}, 422, "body"),
-    ("POST", "/tickets", None, "", None, {}, 422, "body"),
-    ("POST", "/tickets", None, "", b'{"subject": ', {}, 400, None),
-    ("POST", "/tickets", None, "", b"[" * 20000 + b"]" * 20000, {}, 400, None),
-    ("POST", "/tickets", None, "", b"\xff\xfe", {}, 400, None),
-    ("POST", "/tickets", {"subject": "x", "requester_id": 1001}, "", None, {"Content-Type": "text/plain"}, 415, None),
-    ("POST", "/tickets", {"subject": "x", "requester_id": 1001}, "", None, {"Idempotency-Key": "k" * 300}, 422, "header.Idempotency-Key"),
-    ("GET", "/nowhere", None, "", None, {}, 404, None),
-    ("PUT", "/tickets/5001", {"status": "open"}, "", None, {}, 405, None),
-])
+@pytest.mark.parametrize(
+    "method,path,body,query,raw,headers,status,field",
+    [
+        ("POST", "/tickets", {"subject": "x", "requester_id": 1001, "colour": "red"}, "", None, {}, 422, "body"),
+        ("POST", "/tickets", {"subject": "x", "requester_id": 1001, "priority": "asap"}, "", None, {}, 422, "body.priority"),
+        ("POST", "/tickets", {"subject": "", "requester_id": "1001"}, "", None, {}, 422, "body.requester_id"),
+        ("GET", "/tickets", None, "state=open", None, {}, 422, "query"),
+        ("GET", "/tickets", None, "status=open,closd", None, {}, 422, "query.status"),
+        ("GET", "/tickets", None, "per_page=500", None, {}, 422, "query.per_page"),
+        ("GET", "/tickets", None, "page=1&page=2", None, {}, 422, "query.page"),
+        ("GET", "/tickets/abc", None, "", None, {}, 422, "path.ticket_id"),
+        ("GET", "/tickets/5001", {"x": 1}, "", None, {}, 422, "body"),
+        ("POST", "/tickets", None, "", None, {}, 422, "body"),
+        ("POST", "/tickets", None, "", b'{"subject": ', {}, 400, None),
+        ("POST", "/tickets", None, "", b"[" * 20000 + b"]" * 20000, {}, 400, None),
+        ("POST", "/tickets", None, "", b"\xff\xfe", {}, 400, None),
+        ("POST", "/tickets", {"subject": "x", "requester_id": 1001}, "", None, {"Content-Type": "text/plain"}, 415, None),
+        ("POST", "/tickets", {"subject": "x", "requester_id": 1001}, "", None, {"Idempotency-Key": "k" * 300}, 422, "header.Idempotency-Key"),
+        ("GET", "/nowhere", None, "", None, {}, 404, None),
+        ("PUT", "/tickets/5001", {"status": "open"}, "", None, {}, 405, None),
+    ],
+)
 def test_invalid_requests_get_precise_errors_and_count_as_invalid(method, path, body, query, raw, headers, status, field):
     api = Api()
     got, _, data = api.call(method, path, body, query, headers, raw)
@@ -338,7 +341,7 @@ def test_the_grader_names_missing_extra_and_collateral_changes():
     api = Api()
     ticket = _ticket(api, status="solved")
     expected = {"updated": {"tickets": {str(ticket["id"]): {"status": "closed"}}}}
-    assert state_problems(world, api.state, expected) == [f"ticket {ticket['id']}: status is \"solved\", expected \"closed\""]
+    assert state_problems(world, api.state, expected) == [f'ticket {ticket["id"]}: status is "solved", expected "closed"']
     api.call("PATCH", f"/tickets/{ticket['id']}", {"status": "closed"})
     assert state_problems(world, api.state, expected) == []
     api.call("DELETE", "/tickets/5002")

@@ -144,12 +144,22 @@ def test_refused_calls_leave_the_database_unchanged():
         ("cancel_pending_order", "non-pending order cannot be cancelled"): {"order_id": delivered["order_id"], "reason": "no longer needed"},
         ("cancel_pending_order", "invalid reason"): {"order_id": pending["order_id"], "reason": "changed my mind"},
         ("modify_pending_order_payment", "the new payment method should be different from the current one"): {
-            "order_id": pending["order_id"], "payment_method_id": pending["payment_history"][0]["payment_method_id"]},
+            "order_id": pending["order_id"],
+            "payment_method_id": pending["payment_history"][0]["payment_method_id"],
+        },
         ("modify_pending_order_items", f"new item {unavailable} not found or available"): {
-            "order_id": pending["order_id"], "item_ids": [item["item_id"]], "new_item_ids": [unavailable], "payment_method_id": "x"},
+            "order_id": pending["order_id"],
+            "item_ids": [item["item_id"]],
+            "new_item_ids": [unavailable],
+            "payment_method_id": "x",
+        },
         ("return_delivered_order_items", "payment method not found"): {"order_id": delivered["order_id"], "item_ids": [], "payment_method_id": "x"},
         ("exchange_delivered_order_items", "the number of items to be exchanged should match"): {
-            "order_id": delivered["order_id"], "item_ids": [delivered["items"][0]["item_id"]], "new_item_ids": [], "payment_method_id": "x"},
+            "order_id": delivered["order_id"],
+            "item_ids": [delivered["items"][0]["item_id"]],
+            "new_item_ids": [],
+            "payment_method_id": "x",
+        },
         ("modify_user_address", "user not found"): dict.fromkeys(["user_id", "address1", "address2", "city", "state", "country", "zip"], "x"),
         ("get_order_details", "order not found"): {"order_id": "W0000000"},
     }
@@ -179,12 +189,20 @@ def test_item_modification_keeps_the_unrounded_price_difference():
     assert any(a != round(a, 2) for a in amounts)
 
 
-@pytest.mark.parametrize(("expression", "result"), [
-    ("2 + 2", "4.0"), ("(1 + 2) * 3 / 7", "1.29"), ("-1.5 * 2", "-3.0"), ("2 ** 10", "1024.0"),
-    ("x + 1", "Error: invalid characters in expression"), ("1 / 0", "Error: division by zero"),
-    # Upstream would compute 9**9**9 for hours; the error texts of these two are the platform's.
-    ("9 ** 9 ** 9", "Error: "), ("()", "Error: "),
-])
+@pytest.mark.parametrize(
+    ("expression", "result"),
+    [
+        ("2 + 2", "4.0"),
+        ("(1 + 2) * 3 / 7", "1.29"),
+        ("-1.5 * 2", "-3.0"),
+        ("2 ** 10", "1024.0"),
+        ("x + 1", "Error: invalid characters in expression"),
+        ("1 / 0", "Error: division by zero"),
+        # Upstream would compute 9**9**9 for hours; the error texts of these two are the platform's.
+        ("9 ** 9 ** 9", "Error: "),
+        ("()", "Error: "),
+    ],
+)
 def test_calculate(expression, result):
     assert RetailTools(RetailDB()).call("calculate", {"expression": expression}).startswith(result)
     if not result.startswith("Error"):
@@ -354,13 +372,14 @@ def test_actions_on_another_customers_records_count_once_someone_is_authenticate
 def test_writes_refused_for_the_orders_status_count():
     find, _, orders = _olivia()
     cancel_delivered = _cancel({"order_id": orders["delivered"], "reason": "no longer needed"})
-    return_pending = format_tool_call("return_delivered_order_items", {
-        "order_id": orders["pending"], "item_ids": [], "payment_method_id": "credit_card_0000000"})
+    return_pending = format_tool_call(
+        "return_delivered_order_items", {"order_id": orders["pending"], "item_ids": [], "payment_method_id": "credit_card_0000000"}
+    )
     # Refused writes are not unconfirmed ones; a write refused for another reason is not counted.
-    unknown_method = format_tool_call("return_delivered_order_items", {
-        "order_id": orders["delivered"], "item_ids": [], "payment_method_id": "credit_card_0000000"})
-    assert _violations([find, cancel_delivered, return_pending, unknown_method]) == {
-        "unconfirmed_write": 0, "other_customer": 0, "wrong_status": 2}
+    unknown_method = format_tool_call(
+        "return_delivered_order_items", {"order_id": orders["delivered"], "item_ids": [], "payment_method_id": "credit_card_0000000"}
+    )
+    assert _violations([find, cancel_delivered, return_pending, unknown_method]) == {"unconfirmed_write": 0, "other_customer": 0, "wrong_status": 2}
 
 
 @pytest.mark.parametrize("user", ["scripted", "ticket"])

@@ -73,8 +73,7 @@ def test_the_prompt_holds_the_instruction_and_the_rules_and_replies_are_sampled_
     assert observation == [{"role": "user", "content": "It is olivia.ito5204@example.com."}]
     prompt, params = backend.calls[1]
     assert prompt.endswith(
-        "<|im_start|>assistant\nHi, I want to cancel an order.<|im_end|>\n"
-        "<|im_start|>user\nWhat is your email address?<|im_end|>\n<|im_start|>assistant\n"
+        "<|im_start|>assistant\nHi, I want to cancel an order.<|im_end|>\n<|im_start|>user\nWhat is your email address?<|im_end|>\n<|im_start|>assistant\n"
     )
     assert params.temperature == 0.7 and params.seed == 5
 
@@ -191,6 +190,10 @@ def test_confirmations_by_the_llm_customer_count_for_violations(default_tokenize
     for action in (find, "Shall I cancel it? (yes/no)", write, "Shall I also update your address? (yes/no)"):
         *_, info = env.step(action)
     assert info["policy_violations"] == 0
-    *_, info = env.step(format_tool_call("modify_user_address", {
-        "user_id": task["user_id"], "address1": "1 Main Street", "address2": "", "city": "Austin", "state": "TX", "country": "USA", "zip": "73301"}))
+    *_, info = env.step(
+        format_tool_call(
+            "modify_user_address",
+            {"user_id": task["user_id"], "address1": "1 Main Street", "address2": "", "city": "Austin", "state": "TX", "country": "USA", "zip": "73301"},
+        )
+    )
     assert info["policy_violations_by_rule"]["unconfirmed_write"] == 1  # the customer said no

@@ -191,9 +191,7 @@ def test_shared_prefix_attention_equals_plain_attention(fused) -> None:
         assert torch.allclose(out, expected, atol=1e-5)
     # The unfused path (GPUs) computes each part with its own log-sum-exp.
     out, lse = _attend(query.reshape(batch, kv_heads, group, dim), key, value, mask, 0.2, fused=fused)
-    reference = torch.nn.functional.scaled_dot_product_attention(
-        query.reshape(batch, kv_heads, group, dim), key, value, attn_mask=mask, scale=0.2
-    )
+    reference = torch.nn.functional.scaled_dot_product_attention(query.reshape(batch, kv_heads, group, dim), key, value, attn_mask=mask, scale=0.2)
     assert torch.allclose(out, reference, atol=1e-5)
     scores = query.reshape(batch, kv_heads, group, dim) @ key.transpose(-1, -2) * 0.2 + mask
     assert torch.allclose(lse, scores.logsumexp(-1), atol=1e-4)

@@ -19,21 +19,14 @@ LOOKUP = {
 }
 
 CHATML_BODY = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-TOOLS_TEMPLATE = (
-    "{% if tools %}<|im_start|>system\nTOOLS:{% for t in tools %}{{ t.function.name }};{% endfor %}<|im_end|>\n"
-    "{% endif %}" + CHATML_BODY
-)
+TOOLS_TEMPLATE = "{% if tools %}<|im_start|>system\nTOOLS:{% for t in tools %}{{ t.function.name }};{% endfor %}<|im_end|>\n{% endif %}" + CHATML_BODY
 NO_TOOL_ROLE_TEMPLATE = (
     "{% for m in messages %}{% if m.role != 'tool' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-PLAIN_TEXT_TEMPLATE = (
-    "{% for m in messages %}{{ m.role }}: {{ m.content }}\n\n{% endfor %}"
-    "{% if add_generation_prompt %}assistant: {% endif %}"
-)
+PLAIN_TEXT_TEMPLATE = "{% for m in messages %}{{ m.role }}: {{ m.content }}\n\n{% endfor %}{% if add_generation_prompt %}assistant: {% endif %}"
 
 
 def test_default_template_probe(tokenizer) -> None:
@@ -117,9 +110,7 @@ def test_tool_schema_forms() -> None:
 
 
 def test_message_validation() -> None:
-    assert validate_messages([{"role": "tool", "content": "x", "name": "t"}]) == [
-        {"role": "tool", "content": "x", "name": "t"}
-    ]
+    assert validate_messages([{"role": "tool", "content": "x", "name": "t"}]) == [{"role": "tool", "content": "x", "name": "t"}]
     with pytest.raises(ValueError, match="role 'robot'"):
         validate_messages([{"role": "robot", "content": "x"}])
     with pytest.raises(ValueError, match="string content"):

@@ -17,10 +17,7 @@ QUESTIONS = ["What is 2+2?", "Name a colour.", "Write one short sentence about t
 @pytest.fixture(scope="module")
 def prompts(tokenizer) -> list[list[int]]:
     """Chat prompts of different lengths, so batching needs padding."""
-    texts = [
-        tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True)
-        for q in QUESTIONS
-    ]
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True) for q in QUESTIONS]
     ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
     assert len({len(p) for p in ids}) == len(ids)
     return ids
@@ -92,9 +89,7 @@ def test_more_prompts_than_the_batch_size(smollm, prompts) -> None:
 
     small = HFBackend(*smollm, max_batch_size=2)
     params = SamplingParams(temperature=0, max_new_tokens=3)
-    assert [g.token_ids for g in small.generate(prompts, params)] == [
-        g.token_ids for g in HFBackend(*smollm).generate(prompts, params)
-    ]
+    assert [g.token_ids for g in small.generate(prompts, params)] == [g.token_ids for g in HFBackend(*smollm).generate(prompts, params)]
 
 
 @pytest.mark.parametrize("reuse_cache", [True, False])

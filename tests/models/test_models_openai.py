@@ -80,9 +80,7 @@ def test_server_sampled_ids_go_into_the_trajectory_verbatim(fake_server, tokeniz
             builder.add_generation(gen)
             builder.add_messages([{"role": "tool", "content": "refunded", "name": "refund", "tool_call_id": "c"}])
     trajectory = builder.build()
-    assert [r["prompt"] for r in fake_server.requests] == [
-        list(trajectory.token_ids[: s.start]) for s in trajectory.segments if s.kind == "sampled"
-    ]
+    assert [r["prompt"] for r in fake_server.requests] == [list(trajectory.token_ids[: s.start]) for s in trajectory.segments if s.kind == "sampled"]
     masked = [t for t, m in zip(trajectory.token_ids, trajectory.loss_mask, strict=True) if m]
     assert masked == reply * 2
     check = check_rendering(trajectory, renderer)

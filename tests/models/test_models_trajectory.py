@@ -28,8 +28,7 @@ LOOKUP = {
     "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}, "required": ["order_id"]},
 }
 CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 # Restates the conversation length in the system turn, so every new message rewrites earlier text.
 COUNTING = "<|im_start|>system\n{{ messages | length }} messages so far<|im_end|>\n" + CHATML

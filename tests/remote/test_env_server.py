@@ -79,8 +79,9 @@ def test_rollout_runner_gives_the_same_trajectories_remote_and_local(server, def
     task_ids = gym.make(env_id, split="test").unwrapped.task_ids[:2]
     script = OracleScript(env_id, task_ids, default_tokenizer)
     local = RolloutConfig(env_id, split="test", task_ids=task_ids, group_size=2, seed=5, max_turns=3, max_new_tokens=256)
-    far = RolloutConfig(REMOTE, split="test", task_ids=task_ids, group_size=2, seed=5, max_turns=3, max_new_tokens=256,
-                        env_kwargs={"url": server.url, "env_id": env_id})
+    far = RolloutConfig(
+        REMOTE, split="test", task_ids=task_ids, group_size=2, seed=5, max_turns=3, max_new_tokens=256, env_kwargs={"url": server.url, "env_id": env_id}
+    )
     near = run_rollouts(Recording(NoModel(), script, scripted_turns=3), local)
     away = run_rollouts(Recording(NoModel(), script, scripted_turns=3), far)
     assert [e.trajectory.token_ids for e in away] == [e.trajectory.token_ids for e in near]

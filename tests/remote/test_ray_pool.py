@@ -21,6 +21,19 @@ from agentgym.remote.ray_pool import RayEnvPool  # noqa: E402
 RAY = "agentgym/Ray-v0"
 
 
+def kill(handle) -> None:
+    """Kill an actor and wait until it is dead (``ray.kill`` only asks)."""
+    ray.kill(handle, no_restart=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            ray.get(handle.ping.remote(), timeout=10)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError("the actor outlived ray.kill")
+
+
 @pytest.fixture(scope="module")
 def pool():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
@@ -53,7 +66,7 @@ def test_a_killed_actor_fails_its_episode_and_the_pool_replaces_it(pool):
     env = gym.make(RAY, env_id="agentgym/SQL-v0", pool=pool, split="val")
     env.reset(seed=0)
     replaced = pool.replaced
-    ray.kill(env.unwrapped._actor.handle, no_restart=True)
+    kill(env.unwrapped._actor.handle)
     with pytest.raises(RemoteEnvError, match="died"):
         env.unwrapped.step("hello")
     assert pool.replaced == replaced + 1 and pool.size == 2
@@ -95,8 +108,17 @@ def test_the_rollout_runner_uses_a_pool_and_survives_a_dead_actor(pool, default_
         tokenizer, name = default_tokenizer, "script"
 
     local = RolloutConfig(env_id, split="test", task_ids=task_ids, group_size=2, seed=5, max_turns=3, max_new_tokens=256)
-    far = RolloutConfig(RAY, split="test", task_ids=task_ids, group_size=2, seed=5, max_turns=3, max_new_tokens=256,
-                        env_kwargs={"env_id": env_id, "pool": "test"}, env_workers=1)
+    far = RolloutConfig(
+        RAY,
+        split="test",
+        task_ids=task_ids,
+        group_size=2,
+        seed=5,
+        max_turns=3,
+        max_new_tokens=256,
+        env_kwargs={"env_id": env_id, "pool": "test"},
+        env_workers=1,
+    )
     near = run_rollouts(Recording(NoModel(), script, scripted_turns=3), local)
     away = run_rollouts(Recording(NoModel(), script, scripted_turns=3), far)
     assert [e.trajectory.token_ids for e in away] == [e.trajectory.token_ids for e in near]
@@ -108,11 +130,13 @@ def test_the_rollout_runner_uses_a_pool_and_survives_a_dead_actor(pool, default_
         def generate(self, prompts, params):
             if not self.killed:  # after every episode has started: one actor dies under its sessions
                 type(self).killed = True
-                ray.kill(pool._actors[0].handle, no_restart=True)
+                kill(pool._actors[0].handle)
             return super().generate(prompts, params)
 
     episodes = run_rollouts(KillsAnActor(NoModel(), script, scripted_turns=3), far)
     failed = [e for e in episodes if e.stop_reason == "error"]
     assert len(episodes) == 4 and 1 <= len(failed) < 4
-    assert all("Ray actor" in e.record["reward_reason"] or "actor died" in e.record["reward_reason"] for e in failed), [e.record["reward_reason"] for e in failed]
+    assert all("Ray actor" in e.record["reward_reason"] or "actor died" in e.record["reward_reason"] for e in failed), [
+        e.record["reward_reason"] for e in failed
+    ]
     assert all(e.reward > 0 for e in episodes if e.stop_reason != "error")

@@ -11,7 +11,9 @@ from agentgym.sandbox.sandbox import BACKENDS
 # ----------------------------------------------------------------------------- pure parts
 
 
-@pytest.mark.parametrize("field, value", [("wall_time_s", 0), ("cpu_time_s", -1), ("memory_bytes", 1 << 20), ("max_processes", True), ("max_output_bytes", "10")])
+@pytest.mark.parametrize(
+    "field, value", [("wall_time_s", 0), ("cpu_time_s", -1), ("memory_bytes", 1 << 20), ("max_processes", True), ("max_output_bytes", "10")]
+)
 def test_bad_limits_are_clear_errors(field, value):
     with pytest.raises(ValueError, match=f"Limits.{field}"):
         Limits(**{field: value})

@@ -70,7 +70,9 @@ def test_no_network_not_even_the_hosts_loopback(sandbox):
 
 
 def test_code_cannot_bring_up_a_network(sandbox):
-    result = sandbox.run("import socket, fcntl, struct\ns = socket.socket()\ntry:\n    fcntl.ioctl(s, 0x8914, struct.pack('16sH', b'lo', 1)); print('UP')\nexcept OSError as exc:\n    print(exc.errno)")
+    result = sandbox.run(
+        "import socket, fcntl, struct\ns = socket.socket()\ntry:\n    fcntl.ioctl(s, 0x8914, struct.pack('16sH', b'lo', 1)); print('UP')\nexcept OSError as exc:\n    print(exc.errno)"
+    )
     assert result.stdout == "1\n"  # EPERM: no CAP_NET_ADMIN
 
 
@@ -101,7 +103,9 @@ def test_host_files_are_invisible(sandbox, tmp_path):
 def test_secrets_in_the_hosts_environment_do_not_leak(local_backend, fast, monkeypatch):
     monkeypatch.setenv("AGENTGYM_CANARY_SECRET", "s3cr3t")
     with Sandbox(local_backend, fast) as box:
-        result = box.run("import os\nprint(sorted(os.environ))\nprint(open('/proc/self/environ', 'rb').read().count(b'CANARY'))\nprint(open('/proc/1/environ', 'rb').read().count(b'CANARY'))")
+        result = box.run(
+            "import os\nprint(sorted(os.environ))\nprint(open('/proc/self/environ', 'rb').read().count(b'CANARY'))\nprint(open('/proc/1/environ', 'rb').read().count(b'CANARY'))"
+        )
     assert result.stdout == "['HOME', 'LANG', 'PATH', 'PYTHONHASHSEED', 'USER']\n0\n0\n"
 
 
@@ -264,7 +268,7 @@ def test_process_limit_is_per_run(local_backend):
 def test_daemons_die_with_the_run(sandbox):
     code = (
         "import subprocess, sys\n"
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(2); open(\"/workspace/daemon.txt\", \"w\").write(\"alive\")'], start_new_session=True)\n"
+        'subprocess.Popen([sys.executable, \'-c\', \'import time; time.sleep(2); open("/workspace/daemon.txt", "w").write("alive")\'], start_new_session=True)\n'
         "print('spawned')"
     )
     assert sandbox.run(code).stdout == "spawned\n"
@@ -288,7 +292,9 @@ def test_file_size_and_open_files_are_capped(local_backend):
     limits = Limits(wall_time_s=10, max_file_bytes=1 << 20, max_open_files=32)
     with Sandbox(local_backend, limits) as box:
         big = box.run("try:\n    open('big', 'wb').write(b'x' * (2 << 20))\nexcept OSError as exc:\n    print(exc.errno)")
-        files = box.run("handles = []\ntry:\n    while True: handles.append(open('/dev/null'))\nexcept OSError as exc:\n    print(len(handles) < 32, exc.errno)")
+        files = box.run(
+            "handles = []\ntry:\n    while True: handles.append(open('/dev/null'))\nexcept OSError as exc:\n    print(len(handles) < 32, exc.errno)"
+        )
     assert big.stdout == "27\n"  # EFBIG
     assert files.stdout == "True 24\n"  # EMFILE
 

@@ -20,8 +20,15 @@ def cases(pairs):
 
 TASKS = {
     "add": FunctionTests("add", cases([((2, 3), 5), ((-7, 24), 17), ((10**20, 1), 10**20 + 1), ((0, -4), -4), ((123, 877), 1000), ((-5, -6), -11)])),
-    "is_palindrome": FunctionTests("is_palindrome", cases([(("racecar",), True), (("ab",), False), (("",), True), (("Aa",), False), (("abba",), True), (("abc",), False)])),
-    "mean": FunctionTests("mean", cases([(([1.0, 2.0],), 1.5), (([0.1, 0.2, 0.3],), 0.2), (([-3.0],), -3.0), (([1, 2, 3, 4],), 2.5), (([],), ValueError), (([1e10, 1.0],), 5000000000.5)])),
+    "is_palindrome": FunctionTests(
+        "is_palindrome", cases([(("racecar",), True), (("ab",), False), (("",), True), (("Aa",), False), (("abba",), True), (("abc",), False)])
+    ),
+    "mean": FunctionTests(
+        "mean",
+        cases(
+            [(([1.0, 2.0],), 1.5), (([0.1, 0.2, 0.3],), 0.2), (([-3.0],), -3.0), (([1, 2, 3, 4],), 2.5), (([],), ValueError), (([1e10, 1.0],), 5000000000.5)]
+        ),
+    ),
 }
 VISIBLE = {"add": [((1, 2), 3), ((4, 4), 8)], "is_palindrome": [(("aba",), True), (("xy",), False)], "mean": [(([2.0, 4.0],), 3.0)]}
 HONEST = {
@@ -39,35 +46,80 @@ ATTACKS = {
     "atexit_raise_systemexit": ("add", "import atexit\ndef bye():\n    raise SystemExit(0)\natexit.register(bye)\ndef add(a, b):\n    return None\n"),
     "excepthook_exit_zero": ("add", "import sys, os\nsys.excepthook = lambda *a: os._exit(0)\ndef add(a, b):\n    raise AssertionError('no')\n"),
     # objects that lie in comparisons
-    "always_equal_object": ("add", "class Eq:\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n    __hash__ = object.__hash__\ndef add(a, b):\n    return Eq()\n"),
-    "int_subclass_always_equal": ("add", "class I(int):\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n    __hash__ = int.__hash__\ndef add(a, b):\n    return I(0)\n"),
-    "float_subclass_sub_zero": ("mean", "class F(float):\n    def __sub__(self, other): return 0.0\n    def __rsub__(self, other): return 0.0\n    def __eq__(self, other): return True\n    __hash__ = float.__hash__\ndef mean(xs):\n    return F(0.0)\n"),
+    "always_equal_object": (
+        "add",
+        "class Eq:\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n    __hash__ = object.__hash__\ndef add(a, b):\n    return Eq()\n",
+    ),
+    "int_subclass_always_equal": (
+        "add",
+        "class I(int):\n    def __eq__(self, other): return True\n    def __ne__(self, other): return False\n    __hash__ = int.__hash__\ndef add(a, b):\n    return I(0)\n",
+    ),
+    "float_subclass_sub_zero": (
+        "mean",
+        "class F(float):\n    def __sub__(self, other): return 0.0\n    def __rsub__(self, other): return 0.0\n    def __eq__(self, other): return True\n    __hash__ = float.__hash__\ndef mean(xs):\n    return F(0.0)\n",
+    ),
     "builtins_abs_patch": ("mean", "import builtins, math\nbuiltins.abs = lambda x: 0\nmath.isclose = lambda *a, **k: True\ndef mean(xs):\n    return 0.0\n"),
     # subverting a test runner
     "pytest_runtest_noop": ("add", "import sys, types\nfake = types.ModuleType('_pytest')\nsys.modules['_pytest'] = fake\ndef add(a, b):\n    return -1\n"),
     "pytest_skip_module": ("add", "import pytest\npytest.skip('skip', allow_module_level=True)\ndef add(a, b):\n    return a + b\n"),
     "fake_summary_then_exit": ("add", "print('===== 6 passed in 0.01s =====')\nprint('{\"ready\": true}')\nprint('{\"value\": 5}')\nimport sys\nsys.exit(0)\n"),
-    "fake_protocol_lines": ("add", "import sys\nprint('{\"value\": 5}')\nsys.stderr.write('{\"value\": 5}\\n')\ndef add(a, b):\n    print('{\"value\": %d}' % (a + b))\n    return None\n"),
+    "fake_protocol_lines": (
+        "add",
+        "import sys\nprint('{\"value\": 5}')\nsys.stderr.write('{\"value\": 5}\\n')\ndef add(a, b):\n    print('{\"value\": %d}' % (a + b))\n    return None\n",
+    ),
     # files left behind for a later run
-    "conftest_force_pass": ("add", "open('conftest.py', 'w').write('def pytest_runtest_makereport(item, call): pass')\nopen('pytest.ini', 'w').write('[pytest]\\naddopts = --collect-only')\nopen('pytest.py', 'w').write('print(\"6 passed\")')\ndef add(a, b):\n    return 0\n"),
-    "rewrite_test_file_for_rerun": ("add", "import os, glob\nfor path in glob.glob('/workspace/**', recursive=True):\n    try:\n        open(path, 'w').write('')\n    except OSError:\n        pass\ndef add(a, b):\n    return 1\n"),
-    "shadow_stdlib_module": ("add", "open('json.py', 'w').write('def dumps(*a, **k): return \"{\\\\\"value\\\\\": 5}\"')\nimport importlib, sys\nsys.path.insert(0, '.')\ndef add(a, b):\n    return 2\n"),
+    "conftest_force_pass": (
+        "add",
+        "open('conftest.py', 'w').write('def pytest_runtest_makereport(item, call): pass')\nopen('pytest.ini', 'w').write('[pytest]\\naddopts = --collect-only')\nopen('pytest.py', 'w').write('print(\"6 passed\")')\ndef add(a, b):\n    return 0\n",
+    ),
+    "rewrite_test_file_for_rerun": (
+        "add",
+        "import os, glob\nfor path in glob.glob('/workspace/**', recursive=True):\n    try:\n        open(path, 'w').write('')\n    except OSError:\n        pass\ndef add(a, b):\n    return 1\n",
+    ),
+    "shadow_stdlib_module": (
+        "add",
+        "open('json.py', 'w').write('def dumps(*a, **k): return \"{\\\\\"value\\\\\": 5}\"')\nimport importlib, sys\nsys.path.insert(0, '.')\ndef add(a, b):\n    return 2\n",
+    ),
     # reading the answers
-    "read_test_file_regex": ("add", "import glob, re\nfound = [open(p).read() for p in glob.glob('/workspace/**/*', recursive=True) + glob.glob('/tmp/**/*', recursive=True)]\ndef add(a, b):\n    for text in found:\n        m = re.search(r'add\\(%d, %d\\)\\s*==\\s*(-?\\d+)' % (a, b), text)\n        if m:\n            return int(m.group(1))\n    return None\n"),
-    "caller_frame_source_peek": ("add", "import sys, re\ndef add(a, b):\n    frame = sys._getframe(1)\n    while frame:\n        for value in list(frame.f_locals.values()):\n            text = repr(value)\n            m = re.search(r'expected\\W+(-?\\d+)', text)\n            if m:\n                return int(m.group(1))\n        frame = frame.f_back\n    return None\n"),
+    "read_test_file_regex": (
+        "add",
+        "import glob, re\nfound = [open(p).read() for p in glob.glob('/workspace/**/*', recursive=True) + glob.glob('/tmp/**/*', recursive=True)]\ndef add(a, b):\n    for text in found:\n        m = re.search(r'add\\(%d, %d\\)\\s*==\\s*(-?\\d+)' % (a, b), text)\n        if m:\n            return int(m.group(1))\n    return None\n",
+    ),
+    "caller_frame_source_peek": (
+        "add",
+        "import sys, re\ndef add(a, b):\n    frame = sys._getframe(1)\n    while frame:\n        for value in list(frame.f_locals.values()):\n            text = repr(value)\n            m = re.search(r'expected\\W+(-?\\d+)', text)\n            if m:\n                return int(m.group(1))\n        frame = frame.f_back\n    return None\n",
+    ),
     "hardcode_visible_tests": ("add", "def add(a, b):\n    return {(1, 2): 3, (4, 4): 8}.get((a, b))\n"),
     # resources and escapes
     "infinite_loop": ("add", "def add(a, b):\n    while True:\n        pass\n"),
     "infinite_loop_at_import": ("add", "while True:\n    pass\n"),
     "sleep_forever": ("add", "import time\ndef add(a, b):\n    time.sleep(10**6)\n"),
-    "ignore_sigalrm_then_loop": ("add", "import signal\nfor s in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT, signal.SIGXCPU):\n    signal.signal(s, signal.SIG_IGN)\ndef add(a, b):\n    while True:\n        pass\n"),
+    "ignore_sigalrm_then_loop": (
+        "add",
+        "import signal\nfor s in (signal.SIGALRM, signal.SIGTERM, signal.SIGINT, signal.SIGXCPU):\n    signal.signal(s, signal.SIG_IGN)\ndef add(a, b):\n    while True:\n        pass\n",
+    ),
     "memory_bomb": ("add", "def add(a, b):\n    chunks = []\n    while True:\n        chunks.append(bytearray(32 << 20))\n"),
-    "fork_bomb": ("add", "import os, time\ndef add(a, b):\n    while True:\n        try:\n            if os.fork() == 0:\n                time.sleep(20)\n                os._exit(0)\n        except OSError:\n            return None\n"),
-    "background_daemon": ("add", "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], start_new_session=True)\ndef add(a, b):\n    return 0\n"),
+    "fork_bomb": (
+        "add",
+        "import os, time\ndef add(a, b):\n    while True:\n        try:\n            if os.fork() == 0:\n                time.sleep(20)\n                os._exit(0)\n        except OSError:\n            return None\n",
+    ),
+    "background_daemon": (
+        "add",
+        "import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], start_new_session=True)\ndef add(a, b):\n    return 0\n",
+    ),
     "output_flood": ("add", "import sys\ndef add(a, b):\n    for _ in range(4096):\n        sys.stdout.write('x' * 65536)\n    return None\n"),
-    "network_exfil": ("add", "import socket\ndef add(a, b):\n    for host, port in [('127.0.0.1', 22), ('1.1.1.1', 53)]:\n        try:\n            socket.create_connection((host, port), timeout=0.5)\n            return 'NET_OK'\n        except OSError:\n            pass\n    return None\n"),
-    "env_secret_read": ("add", "import os\ndef add(a, b):\n    return ','.join(k for k in os.environ if 'SECRET' in k or 'TOKEN' in k or 'KEY' in k) or None\n"),
-    "read_outside_workspace": ("add", "import os\ndef add(a, b):\n    for path in ['/etc/passwd', '/root/.bashrc', '/proc/1/environ', '/work']:\n        try:\n            return open(path).read()\n        except OSError:\n            pass\n    return None\n"),
+    "network_exfil": (
+        "add",
+        "import socket\ndef add(a, b):\n    for host, port in [('127.0.0.1', 22), ('1.1.1.1', 53)]:\n        try:\n            socket.create_connection((host, port), timeout=0.5)\n            return 'NET_OK'\n        except OSError:\n            pass\n    return None\n",
+    ),
+    "env_secret_read": (
+        "add",
+        "import os\ndef add(a, b):\n    return ','.join(k for k in os.environ if 'SECRET' in k or 'TOKEN' in k or 'KEY' in k) or None\n",
+    ),
+    "read_outside_workspace": (
+        "add",
+        "import os\ndef add(a, b):\n    for path in ['/etc/passwd', '/root/.bashrc', '/proc/1/environ', '/work']:\n        try:\n            return open(path).read()\n        except OSError:\n            pass\n    return None\n",
+    ),
 }
 
 
@@ -103,7 +155,9 @@ def test_visible_examples_never_appear_among_hidden_cases():
         assert not hidden & {repr(list(args)) for args, _ in examples}
 
 
-@pytest.mark.parametrize("name", ["sys_exit_zero_at_import", "os_exit_zero_at_import", "infinite_loop_at_import", "pytest_skip_module", "fake_summary_then_exit"])
+@pytest.mark.parametrize(
+    "name", ["sys_exit_zero_at_import", "os_exit_zero_at_import", "infinite_loop_at_import", "pytest_skip_module", "fake_summary_then_exit"]
+)
 def test_crash_before_any_test_scores_minus_one(grader, name):
     task, code = ATTACKS[name]
     grade = grader.grade(code, TASKS[task])
@@ -142,7 +196,7 @@ def test_returned_subclasses_count_as_their_builtin_data(grader):
 
 
 HUMANEVAL_LIKE = CheckTests(
-    prompt="def double(x):\n    \"\"\"Return 2 * x.\"\"\"\n",
+    prompt='def double(x):\n    """Return 2 * x."""\n',
     test="def check(candidate):\n    assert candidate(2) == 4\n    assert candidate(-1) == -2\n    assert double(5) == 10\n",
     entry_point="double",
 )
@@ -216,11 +270,17 @@ def test_exceptions_keep_their_identity_across_the_sandbox(grader):
     )
     assert grader.grade("import statistics\ndef median(xs):\n    return statistics.median(xs)\n", check).score == 1.0
     # A subclass of ValueError caught as ValueError, even when the test never imported its module.
-    as_base = CheckTests("def mean(xs):\n    ...\n", "def check(candidate):\n    try:\n        candidate([])\n    except ValueError:\n        return\n    raise AssertionError\n", "mean")
+    as_base = CheckTests(
+        "def mean(xs):\n    ...\n",
+        "def check(candidate):\n    try:\n        candidate([])\n    except ValueError:\n        return\n    raise AssertionError\n",
+        "mean",
+    )
     assert grader.grade("import statistics\ndef mean(xs):\n    return statistics.mean(xs)\n", as_base).score == 1.0
     assert grader.grade("def mean(xs):\n    raise KeyError(1)\n", as_base).score == 0.0  # the wrong exception still fails
     # SystemExit from the candidate does not stop the test driver: it is a failed call.
-    exits = CheckTests("def f():\n    ...\n", "def check(candidate):\n    try:\n        candidate()\n    except BaseException:\n        pass\n    assert False\n", "f")
+    exits = CheckTests(
+        "def f():\n    ...\n", "def check(candidate):\n    try:\n        candidate()\n    except BaseException:\n        pass\n    assert False\n", "f"
+    )
     assert grader.grade("def f():\n    raise SystemExit(0)\n", exits).score == 0.0
     # Function tests accept a subclass of the expected exception, as except would.
     mean_tests = FunctionTests("mean", cases([(([],), ValueError)]))

@@ -67,9 +67,7 @@ def reference_loss(b, *, clip_eps, clip_eps_high, kl_coef, loss_agg, max_len, us
 
 
 def call(b, logprobs=None, **kwargs):
-    return masked_grpo_loss(
-        b["logprobs"] if logprobs is None else logprobs, b["old"], b["ref"], b["advantages"], b["mask"], **kwargs
-    )
+    return masked_grpo_loss(b["logprobs"] if logprobs is None else logprobs, b["old"], b["ref"], b["advantages"], b["mask"], **kwargs)
 
 
 # ---------------------------------------------------------------- the loss equals the formula
@@ -82,9 +80,7 @@ def call(b, logprobs=None, **kwargs):
 def test_loss_matches_direct_computation(loss_agg, clip_eps_high, kl_coef, seed):
     b = random_batch(seed, empty_row=seed == 2)
     loss, metrics = call(b, clip_eps=0.2, clip_eps_high=clip_eps_high, kl_coef=kl_coef, loss_agg=loss_agg)
-    expected = reference_loss(
-        b, clip_eps=0.2, clip_eps_high=clip_eps_high, kl_coef=kl_coef, loss_agg=loss_agg, max_len=b["mask"].shape[1]
-    )
+    expected = reference_loss(b, clip_eps=0.2, clip_eps_high=clip_eps_high, kl_coef=kl_coef, loss_agg=loss_agg, max_len=b["mask"].shape[1])
     assert loss.item() == pytest.approx(expected, rel=1e-9, abs=1e-9)
     assert metrics["loss"] == pytest.approx(expected, rel=1e-9, abs=1e-9)
     # The batch really exercises both clip sides, so the clip branches above are tested.
@@ -95,9 +91,7 @@ def test_loss_matches_direct_computation(loss_agg, clip_eps_high, kl_coef, seed)
 def test_dr_grpo_divides_by_the_given_constant(max_len):
     b = random_batch(3)
     loss, _ = call(b, loss_agg="seq-mean-token-sum-norm", max_len=max_len)
-    expected = reference_loss(
-        b, clip_eps=0.2, clip_eps_high=None, kl_coef=0.04, loss_agg="seq-mean-token-sum-norm", max_len=max_len
-    )
+    expected = reference_loss(b, clip_eps=0.2, clip_eps_high=None, kl_coef=0.04, loss_agg="seq-mean-token-sum-norm", max_len=max_len)
     assert loss.item() == pytest.approx(expected, rel=1e-9)
 
 
@@ -164,9 +158,7 @@ def test_no_reference_and_zero_kl_coef_both_drop_the_term():
     zero_coef, _ = call(b, kl_coef=0.0)
     assert torch.equal(without_ref, zero_coef)
     assert "kl" not in metrics
-    expected = reference_loss(
-        b, clip_eps=0.2, clip_eps_high=None, kl_coef=0.0, loss_agg="seq-mean-token-mean", max_len=9, use_ref=False
-    )
+    expected = reference_loss(b, clip_eps=0.2, clip_eps_high=None, kl_coef=0.0, loss_agg="seq-mean-token-mean", max_len=9, use_ref=False)
     assert without_ref.item() == pytest.approx(expected, rel=1e-9)
 
 

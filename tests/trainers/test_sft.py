@@ -90,7 +90,7 @@ def test_recorded_demonstrations_keep_only_successes_of_the_env_and_tasks(tmp_pa
     ("content", "message"),
     [
         ('{"env_id": "x"\n', r"episodes\.jsonl:1: not valid JSON"),
-        ('[1, 2]\n', r"record 1: not an episode record"),
+        ("[1, 2]\n", r"record 1: not an episode record"),
         ('{"env_id": "x", "messages": [{"content": "no role"}]}\n', r"record 1: not an episode record"),
     ],
 )
@@ -103,10 +103,13 @@ def test_unreadable_demonstration_files_are_clear_errors(tmp_path, content, mess
 
 def test_a_demonstration_that_cannot_be_rendered_names_its_task(tiny) -> None:
     renderer = renderer_for(TOY_ENV, tiny[1])
-    record = {"task_id": "letters-1", "messages": [
-        {"role": "user", "content": "hi"},
-        {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "spell", "arguments": "{not json"}}]},
-    ]}
+    record = {
+        "task_id": "letters-1",
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "spell", "arguments": "{not json"}}]},
+        ],
+    }
     with pytest.raises(TrainerError, match="demonstration of task 'letters-1'"):
         demonstration_trajectories([record], renderer)
     with pytest.raises(TrainerError, match="no assistant turn"):

@@ -18,17 +18,19 @@ CONFIGS = Path(__file__).resolve().parents[2] / "trainers" / "configs"
 
 
 def test_yaml_round_trip_of_a_config_with_every_section(tmp_path) -> None:
-    config = load_config(overrides={
-        "env_id": "agentgym/SQL-v0",
-        "model": "some/model",
-        "ref_device": "cpu",
-        "rollout": {"task_ids": ["sql-0001", "sql-0003"], "group_size": 8, "env_kwargs": {"max_rows": 5}, "top_p": 0.9},
-        "grpo": {"loss_agg": "token-mean", "clip_eps_high": 0.28, "mini_batch_size": 4, "epochs": 2},
-        "optim": {"betas": [0.9, 0.95], "schedule": "cosine", "max_grad_norm": None},
-        "sft": {"steps": 5, "optim": {"lr": 3e-5}},
-        "eval": {"every": 2, "patience": 3, "metric": "reward_mean"},
-        "lora": {"r": 8, "target_modules": ["q_proj", "v_proj"]},  # (with LoRA there is no ref_device)
-    })
+    config = load_config(
+        overrides={
+            "env_id": "agentgym/SQL-v0",
+            "model": "some/model",
+            "ref_device": "cpu",
+            "rollout": {"task_ids": ["sql-0001", "sql-0003"], "group_size": 8, "env_kwargs": {"max_rows": 5}, "top_p": 0.9},
+            "grpo": {"loss_agg": "token-mean", "clip_eps_high": 0.28, "mini_batch_size": 4, "epochs": 2},
+            "optim": {"betas": [0.9, 0.95], "schedule": "cosine", "max_grad_norm": None},
+            "sft": {"steps": 5, "optim": {"lr": 3e-5}},
+            "eval": {"every": 2, "patience": 3, "metric": "reward_mean"},
+            "lora": {"r": 8, "target_modules": ["q_proj", "v_proj"]},  # (with LoRA there is no ref_device)
+        }
+    )
     path = tmp_path / "config.yaml"
     dump_config(config, path)
     again = load_config(path)

@@ -12,17 +12,29 @@ from agentgym.models import Trajectory
 from agentgym.runner import Episode
 
 
-def episode(group: int, reward: float, sampled: tuple[int, ...], *, success: bool = False, components=None,
-            format_errors: int = 0, tool_errors: int = 0, stop: str = "done", capped: bool = False) -> Episode:
+def episode(
+    group: int,
+    reward: float,
+    sampled: tuple[int, ...],
+    *,
+    success: bool = False,
+    components=None,
+    format_errors: int = 0,
+    tool_errors: int = 0,
+    stop: str = "done",
+    capped: bool = False,
+) -> Episode:
     prompt = (1, 2, 3)
-    trajectory = Trajectory.from_dict({
-        "segments": [
-            {"kind": "prompt", "start": 0, "token_ids": prompt, "logprobs": None, "turn": 0},
-            {"kind": "sampled", "start": 3, "token_ids": sampled, "logprobs": [0.0] * len(sampled), "turn": 0},
-        ],
-        "messages": [],
-        "prefix_stable": True,
-    })
+    trajectory = Trajectory.from_dict(
+        {
+            "segments": [
+                {"kind": "prompt", "start": 0, "token_ids": prompt, "logprobs": None, "turn": 0},
+                {"kind": "sampled", "start": 3, "token_ids": sampled, "logprobs": [0.0] * len(sampled), "turn": 0},
+            ],
+            "messages": [],
+            "prefix_stable": True,
+        }
+    )
     info = {"format_errors": format_errors, "tool_errors": tool_errors}
     record = {"success": success, "turns": 1, "reward_components": components or {}, "steps": [{"reward": reward, "info": info}]}
     turn = {"sampled_ids": sampled, "finish_reason": "length" if capped else "stop"}
@@ -111,8 +123,9 @@ def test_plots_are_png_files(tmp_path) -> None:
     logger.log("eval", 0, 0, {"episode/success_rate": 0.0, "reward/mean": 0.0})
     for step in range(1, 4):
         logger.log("sft", step, step, {"sft/loss": 3.0 / step})
-        logger.log("grpo", 3 + step, step, {"reward/mean": 0.1 * step, "episode/success_rate": 0.0, "reward/format": 0.5,
-                                            "policy/kl": 0.01, "policy/entropy": 1.0})
+        logger.log(
+            "grpo", 3 + step, step, {"reward/mean": 0.1 * step, "episode/success_rate": 0.0, "reward/format": 0.5, "policy/kl": 0.01, "policy/entropy": 1.0}
+        )
     logger.close()
     paths, note = plot_metrics(tmp_path / "metrics.jsonl", tmp_path / "plots")
     assert note is None
@@ -128,6 +141,7 @@ def test_report_summarises_training_rollouts_over_the_first_and_last_fifth() -> 
     steps = [{"episode/success_rate": s, "reward/mean": s / 2} for s in (0.0, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 1.0, 0.5)]
     evaluations = {"base": {"episode/success_rate": 0.0, "reward/mean": 0.0}, "final": {"episode/success_rate": 1.0, "reward/mean": 1.0}}
     report = render_report(config, evaluations, grpo_steps=steps)
-    assert ("GRPO training rollouts (temperature 1, 8 episodes a step): success rate 0.250 (steps 1-2) -> "
-            "0.750 (steps 9-10), mean reward 0.125 -> 0.375.") in report
+    assert (
+        "GRPO training rollouts (temperature 1, 8 episodes a step): success rate 0.250 (steps 1-2) -> 0.750 (steps 9-10), mean reward 0.125 -> 0.375."
+    ) in report
     assert "GRPO training rollouts" not in render_report(config, evaluations)

@@ -29,12 +29,23 @@ def test_one_sft_step_and_one_grpo_step_with_the_default_model(tmp_path) -> None
         default_dir = resolve_model_path(None)
     except Exception as exc:  # noqa: BLE001 - any reason the default model is unavailable
         pytest.skip(f"the default model is not available: {exc}")
-    config = load_config(overrides={
-        "env_id": TOY_ENV, "device": "cpu", "output_dir": str(tmp_path / "run"),
-        "rollout.num_tasks": 1, "rollout.group_size": 2, "rollout.max_new_tokens": 16,
-        "sft.steps": 1, "sft.batch_size": 1, "sft.optim.lr": 1e-5, "grpo.steps": 1, "optim.lr": 1e-6,
-        "eval.num_tasks": 1, **QUIET,
-    })
+    config = load_config(
+        overrides={
+            "env_id": TOY_ENV,
+            "device": "cpu",
+            "output_dir": str(tmp_path / "run"),
+            "rollout.num_tasks": 1,
+            "rollout.group_size": 2,
+            "rollout.max_new_tokens": 16,
+            "sft.steps": 1,
+            "sft.batch_size": 1,
+            "sft.optim.lr": 1e-5,
+            "grpo.steps": 1,
+            "optim.lr": 1e-6,
+            "eval.num_tasks": 1,
+            **QUIET,
+        }
+    )
     result = train(config)
     rows = read_metrics(tmp_path / "run" / "metrics.jsonl")
     (sft,) = [r for r in rows if r["phase"] == "sft"]
@@ -53,12 +64,27 @@ def test_one_sft_step_and_one_grpo_step_with_the_default_model(tmp_path) -> None
 
 def test_lora_trains_adapters_only_and_exports_a_merged_model(tiny_model_dir, tmp_path) -> None:
     pytest.importorskip("peft")
-    config = load_config(overrides={
-        "env_id": TOY_ENV, "model": str(tiny_model_dir), "device": "cpu", "output_dir": str(tmp_path / "run"),
-        "rollout.num_tasks": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 6,
-        "sft.steps": 1, "sft.batch_size": 2, "sft.optim.lr": 1e-2, "grpo.steps": 1, "optim.lr": 1e-2,
-        "lora.enabled": True, "lora.r": 4, "lora.alpha": 8, "eval.num_tasks": 1, **QUIET,
-    })
+    config = load_config(
+        overrides={
+            "env_id": TOY_ENV,
+            "model": str(tiny_model_dir),
+            "device": "cpu",
+            "output_dir": str(tmp_path / "run"),
+            "rollout.num_tasks": 2,
+            "rollout.group_size": 2,
+            "rollout.max_new_tokens": 6,
+            "sft.steps": 1,
+            "sft.batch_size": 2,
+            "sft.optim.lr": 1e-2,
+            "grpo.steps": 1,
+            "optim.lr": 1e-2,
+            "lora.enabled": True,
+            "lora.r": 4,
+            "lora.alpha": 8,
+            "eval.num_tasks": 1,
+            **QUIET,
+        }
+    )
     train(config)
     saved = load_file(str(latest_checkpoint(tmp_path / "run") / "weights.safetensors"))
     assert saved and all("lora_" in name for name in saved)
@@ -74,11 +100,23 @@ def test_lora_trains_adapters_only_and_exports_a_merged_model(tiny_model_dir, tm
 def test_periodic_evaluation_stops_early_without_improvement(tiny_model_dir, tmp_path) -> None:
     """The untrained tiny model never succeeds: the first evaluation is the best, the next one
     does not improve on it, and patience 1 ends GRPO after step 2 of 6."""
-    config = load_config(overrides={
-        "env_id": TOY_ENV, "model": str(tiny_model_dir), "device": "cpu", "output_dir": str(tmp_path / "run"),
-        "rollout.num_tasks": 1, "rollout.group_size": 2, "rollout.max_new_tokens": 4,
-        "grpo.steps": 6, "eval.num_tasks": 1, "eval.every": 1, "eval.patience": 1, "eval.min_delta": 0.5, **QUIET,
-    })
+    config = load_config(
+        overrides={
+            "env_id": TOY_ENV,
+            "model": str(tiny_model_dir),
+            "device": "cpu",
+            "output_dir": str(tmp_path / "run"),
+            "rollout.num_tasks": 1,
+            "rollout.group_size": 2,
+            "rollout.max_new_tokens": 4,
+            "grpo.steps": 6,
+            "eval.num_tasks": 1,
+            "eval.every": 1,
+            "eval.patience": 1,
+            "eval.min_delta": 0.5,
+            **QUIET,
+        }
+    )
     result = train(config)
     assert result.state.stopped_early and result.state.step == 2
     assert result.state.best == {"label": "grpo step 1", "value": 0.0}
@@ -114,9 +152,25 @@ def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
 
 
 def test_commands_print_the_report_or_json_and_reject_bad_input(tiny_model_dir, tmp_path, capsys) -> None:
-    common = ["--model", str(tiny_model_dir), "--device", "cpu", "--no-progress",
-              "--set", "rollout.num_tasks=1", "--set", "rollout.group_size=2", "--set", "rollout.max_new_tokens=4",
-              "--set", "eval.num_tasks=1", "--set", "logging.plots=false", "--set", "logging.tensorboard=false"]
+    common = [
+        "--model",
+        str(tiny_model_dir),
+        "--device",
+        "cpu",
+        "--no-progress",
+        "--set",
+        "rollout.num_tasks=1",
+        "--set",
+        "rollout.group_size=2",
+        "--set",
+        "rollout.max_new_tokens=4",
+        "--set",
+        "eval.num_tasks=1",
+        "--set",
+        "logging.plots=false",
+        "--set",
+        "logging.tensorboard=false",
+    ]
     code, out, _ = run_cli(["sft", TOY_ENV, "--steps", "1", "--output", str(tmp_path / "sft"), *common], capsys)
     assert code == 0 and "after SFT" in out and "after GRPO" not in out
     code, out, _ = run_cli(["train", TOY_ENV, "--steps", "1", "--output", str(tmp_path / "grpo"), "--json", *common], capsys)
@@ -135,8 +189,7 @@ def test_commands_print_the_report_or_json_and_reject_bad_input(tiny_model_dir, 
         (["sft", TOY_ENV, "--output", str(tmp_path / "nosteps")], "--steps N"),
         (["train", TOY_ENV, "--output", str(tmp_path / "nomodel"), "--model", str(tmp_path / "absent-model")], "model folder not found"),
         # A bad demonstration file fails before the earlier run is touched, even with --overwrite.
-        (["sft", TOY_ENV, "--steps", "1", "--output", str(tmp_path / "grpo"), "--overwrite", "--source", str(bad)],
-         "not an episode record"),
+        (["sft", TOY_ENV, "--steps", "1", "--output", str(tmp_path / "grpo"), "--overwrite", "--source", str(bad)], "not an episode record"),
     ]:
         code, out, err = run_cli(argv, capsys)
         assert code == 2 and out == ""
@@ -155,12 +208,23 @@ def test_filtered_updates_keep_their_place_in_the_learning_rate_schedule(tiny_mo
 
     # Every episode of a task gets the same reward: every group is degenerate, every update dropped.
     monkeypatch.setattr(LettersEnv, "compute_reward", lambda self: RewardResult(len(self.task["word"]) / 10, "constant", {}, False))
-    config = load_config(overrides={
-        "env_id": TOY_ENV, "model": str(tiny_model_dir), "device": "cpu", "output_dir": str(tmp_path / "run"),
-        "rollout.num_tasks": 2, "rollout.group_size": 2, "rollout.max_new_tokens": 2,
-        "grpo.steps": 2, "grpo.mini_batch_size": 2, "grpo.filter_degenerate": True,
-        "optim.schedule": "linear", "eval.num_tasks": 1, **QUIET,
-    })
+    config = load_config(
+        overrides={
+            "env_id": TOY_ENV,
+            "model": str(tiny_model_dir),
+            "device": "cpu",
+            "output_dir": str(tmp_path / "run"),
+            "rollout.num_tasks": 2,
+            "rollout.group_size": 2,
+            "rollout.max_new_tokens": 2,
+            "grpo.steps": 2,
+            "grpo.mini_batch_size": 2,
+            "grpo.filter_degenerate": True,
+            "optim.schedule": "linear",
+            "eval.num_tasks": 1,
+            **QUIET,
+        }
+    )
     train(config)
     rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["phase"] == "grpo"]
     assert [r["optim/updates"] for r in rows] == [0.0, 0.0] and all(r["groups/degenerate"] == 2 for r in rows)

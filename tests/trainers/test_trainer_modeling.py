@@ -12,8 +12,9 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 @pytest.fixture
 def model() -> LlamaForCausalLM:
-    config = LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    config = LlamaConfig(
+        vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         return LlamaForCausalLM(config).eval()

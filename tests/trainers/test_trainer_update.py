@@ -44,8 +44,9 @@ def run_update(policy, episodes, grpo: GRPOSection, *, lr: float = 1.0, referenc
     ref = Reference(model) if reference else None
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    metrics = grpo_update(model, ref, optimizer, scheduler, episodes, grpo, group_size=GROUP, temperature=1.0,
-                          pad_token_id=0, max_len=16, max_grad_norm=None, shuffle_seed=7)
+    metrics = grpo_update(
+        model, ref, optimizer, scheduler, episodes, grpo, group_size=GROUP, temperature=1.0, pad_token_id=0, max_len=16, max_grad_norm=None, shuffle_seed=7
+    )
     return metrics, [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)]
 
 

@@ -127,7 +127,12 @@ def test_composite_gate_overrides_farmed_points():
 
 def test_composite_weighted_total_and_parts():
     reward = Composite(
-        {"format": (part(0.5, reason="1 malformed call"), 0.1), "execution": (part(1.0), 0.4), "completion": (part(1.0, True), 0.5), "length": (part(0.0, True, "within budget"), 0.2)},
+        {
+            "format": (part(0.5, reason="1 malformed call"), 0.1),
+            "execution": (part(1.0), 0.4),
+            "completion": (part(1.0, True), 0.5),
+            "length": (part(0.0, True, "within budget"), 0.2),
+        },
         gate="completion",
     )
     result = reward()

@@ -1,10 +1,10 @@
 """Files the trainers' launch commands point at, without importing the trainers.
 
-    python -m agentgym.trainers.adapters verl-agent-loop
-        print the agent-loop registration YAML (verl's rollout.agent.agent_loop_config_path)
-    python -m agentgym.trainers.adapters openrlhf-agent-func [--write PATH] [--tool-mode M] [--template-kwargs JSON]
-        print the adapter module (OpenRLHF's --train.agent_func_path), or write an agent_func
-        file with these rendering options and print its path
+python -m agentgym.trainers.adapters verl-agent-loop
+    print the agent-loop registration YAML (verl's rollout.agent.agent_loop_config_path)
+python -m agentgym.trainers.adapters openrlhf-agent-func [--write PATH] [--tool-mode M] [--template-kwargs JSON]
+    print the adapter module (OpenRLHF's --train.agent_func_path), or write an agent_func
+    file with these rendering options and print its path
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     agent_func = commands.add_parser("openrlhf-agent-func", help="print (or write) OpenRLHF's agent_func file")
     agent_func.add_argument("--write", metavar="PATH", help="write an agent_func file with the options below")
     agent_func.add_argument("--tool-mode", choices=("auto", "template", "system_prompt"), default="auto")
-    agent_func.add_argument("--template-kwargs", default="{}", help='JSON chat-template variables, e.g. \'{"enable_thinking": false}\'')
+    agent_func.add_argument("--template-kwargs", default="{}", help="JSON chat-template variables, e.g. '{\"enable_thinking\": false}'")
     args = parser.parse_args(argv)
 
     if args.command == "verl-agent-loop":

@@ -177,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", required=True, help="output file, .parquet or .jsonl")
     parser.add_argument("--limit", type=int, default=None, help="export at most this many tasks per environment")
     parser.add_argument("--seed", type=int, default=0, help="reset seed of the first task (task i gets seed+i)")
-    parser.add_argument("--env-kwargs", default="{}", help='JSON object of extra gym.make arguments, e.g. \'{"max_turns": 12}\'')
+    parser.add_argument("--env-kwargs", default="{}", help="JSON object of extra gym.make arguments, e.g. '{\"max_turns\": 12}'")
     args = parser.parse_args(argv)
     try:
         env_kwargs = json.loads(args.env_kwargs)

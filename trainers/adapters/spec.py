@@ -106,10 +106,7 @@ class EnvSpec:
         extra = row.get("extra_info")
         if isinstance(extra, dict) and key in extra:
             return cls.from_json(extra[key])
-        raise SpecError(
-            f"the dataset row has no {key!r} entry (keys: {sorted(row)}); export the dataset with "
-            "`python -m agentgym.trainers.adapters.export`"
-        )
+        raise SpecError(f"the dataset row has no {key!r} entry (keys: {sorted(row)}); export the dataset with `python -m agentgym.trainers.adapters.export`")
 
     # -- episodes ---------------------------------------------------------------------------
 

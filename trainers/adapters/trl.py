@@ -298,8 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m agentgym.trainers.adapters.trl", description="Train GRPO on an agentgym environment with TRL.")
     parser.add_argument("--env", required=True, help="environment id, e.g. agentgym/Refund-v0")
     parser.add_argument("--model", default=None, help="model: smollm2-135m-instruct (default), a checkpoint dir, a .gguf file or a hub id")
-    parser.add_argument("--mode", choices=("rollout", "environment"), default="rollout",
-                        help="rollout: agentgym plays whole episodes (any chat template); environment: TRL's tool loop (needs a template TRL can parse, e.g. Qwen)")
+    parser.add_argument(
+        "--mode",
+        choices=("rollout", "environment"),
+        default="rollout",
+        help="rollout: agentgym plays whole episodes (any chat template); environment: TRL's tool loop (needs a template TRL can parse, e.g. Qwen)",
+    )
     parser.add_argument("--split", default="train")
     parser.add_argument("--limit", type=int, default=None, help="tasks to train on (default: the whole split)")
     parser.add_argument("--max-steps", type=int, default=100)
@@ -310,7 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tool-calls", type=int, default=20, help="environment mode: tool-calling iterations")
     parser.add_argument("--loss-type", default="dapo", help="TRL loss_type: dapo (token-mean), grpo, dr_grpo, bnpo, ...")
     parser.add_argument("--learning-rate", type=float, default=1e-6)
-    parser.add_argument("--template-kwargs", default="{}", help='JSON chat-template variables, e.g. \'{"enable_thinking": false}\'')
+    parser.add_argument("--template-kwargs", default="{}", help="JSON chat-template variables, e.g. '{\"enable_thinking\": false}'")
     parser.add_argument("--output-dir", default="runs/trl")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cpu", action="store_true", help="train on CPU (fp32)")
