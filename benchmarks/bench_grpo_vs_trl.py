@@ -36,15 +36,15 @@ from typing import Any
 
 import gymnasium as gym
 import torch
-from agentgym.trainers.config import GRPOSection, OptimSection
-from agentgym.trainers.modeling import Reference, make_optimizer
-from agentgym.trainers.sft import record_to_trajectory
-from agentgym.trainers.trainer import grpo_update
 
 import agentgym  # noqa: F401 - registers the environments
 from agentgym.models import ChatRenderer, load_model
 from agentgym.rollout import make_policy, run_episode
 from agentgym.runner import Episode
+from agentgym.trainers.config import GRPOSection, OptimSection
+from agentgym.trainers.modeling import Reference, make_optimizer
+from agentgym.trainers.sft import record_to_trajectory
+from agentgym.trainers.trainer import grpo_update
 
 
 def build_batch(env_id: str, tasks: int, group_size: int, tokenizer: Any, max_turns: int) -> list[Episode]:

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 
 import httpx
-from agentgym.envs.mock_api.env import MockApiEnv
 
+from agentgym.envs.mock_api.env import MockApiEnv
 from agentgym.parsing import format_tool_call
 
 

@@ -22,7 +22,6 @@ import threading
 import time
 
 from agentgym.envs.mock_api.env import MockApiEnv
-
 from agentgym.rollout import make_policy, run_episode
 
 

@@ -7,10 +7,10 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-from agentgym.envs import ENVIRONMENTS
 from fakes import FakeCompletionServer
 
 import agentgym
+from agentgym.envs import ENVIRONMENTS
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

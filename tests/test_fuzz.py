@@ -7,10 +7,10 @@ from collections import Counter
 
 import gymnasium as gym
 import pytest
-from agentgym.envs import ENVIRONMENTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from agentgym.envs import ENVIRONMENTS
 from agentgym.parsing import parse_action
 from agentgym.rollout import to_json_line
 

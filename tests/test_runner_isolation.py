@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
-from agentgym.verifiers.result import RewardResult
 
 from agentgym.env import ToolEnv
 from agentgym.models import Generation, SamplingParams
@@ -16,6 +15,7 @@ from agentgym.parsing import ParsedAction
 from agentgym.rollout import read_jsonl, write_jsonl
 from agentgym.runner import RolloutConfig, run_rollouts
 from agentgym.tools import tool
+from agentgym.verifiers.result import RewardResult
 
 POISON_ENV = "agentgym-test/Poison-v0"
 TASKS = [{"task_id": "fine"}, {"task_id": "raises"}, {"task_id": "unencodable"}, {"task_id": "fine-too"}]

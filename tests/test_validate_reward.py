@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+
 from agentgym.envs import ENVIRONMENTS
 
 HERE = Path(__file__).parent

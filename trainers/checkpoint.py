@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from agentgym.trainers.modeling import TrainerError
 from safetensors.torch import load_file, save_file
+
+from agentgym.trainers.modeling import TrainerError
 
 __all__ = ["checkpoints", "latest_checkpoint", "load_checkpoint_state", "restore_checkpoint", "save_checkpoint"]
 

@@ -78,10 +78,9 @@ def sft_command(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, extra: dict[str, Any]) -> int:
+    from agentgym.models import ModelLoadError
     from agentgym.trainers.config import ConfigError, load_config, parse_override
     from agentgym.trainers.modeling import TrainerError
-
-    from agentgym.models import ModelLoadError
 
     try:
         overrides: dict[str, Any] = dict(parse_override(text) for text in args.overrides)
@@ -115,11 +114,10 @@ def _run(args: argparse.Namespace, extra: dict[str, Any]) -> int:
 
 def experiment_command(args: argparse.Namespace) -> int:
     """``agentgym experiment``: run (or resume) an experiment and print its results table."""
+    from agentgym.models import ModelLoadError
     from agentgym.trainers.config import ConfigError
     from agentgym.trainers.experiment import load_experiment, run_experiment, summarize_experiment
     from agentgym.trainers.modeling import TrainerError
-
-    from agentgym.models import ModelLoadError
 
     try:
         config = load_experiment(args.config, output_dir=args.output)

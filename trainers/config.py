@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agentgym.trainers.grpo import LossAgg
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from agentgym.episode import RolloutSettings
+from agentgym.trainers.grpo import LossAgg
 
 __all__ = [
     "CheckpointSection",

@@ -46,12 +46,12 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
-from agentgym.trainers.diagnostics import read_metrics, save_plot
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollout import final_info, read_jsonl, write_jsonl
+from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
+from agentgym.trainers.diagnostics import read_metrics, save_plot
 
 __all__ = ["EvaluationSection", "ExperimentConfig", "TaskPick", "load_experiment", "run_experiment", "summarize_experiment"]
 

@@ -28,8 +28,9 @@ from agentgym.models import DEFAULT_MODEL, TokenBatch, load_model
 from agentgym.models.engine import cache_keyword
 
 if TYPE_CHECKING:
-    from agentgym.trainers.config import LoRASection, OptimSection
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from agentgym.trainers.config import LoRASection, OptimSection
 
 __all__ = [
     "MIN_SHARED_PREFIX",

@@ -7,9 +7,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym.trainers.config import TrainConfig
-
 from agentgym.models import DEFAULT_MODEL
+from agentgym.trainers.config import TrainConfig
 
 __all__ = ["render_report", "write_report"]
 

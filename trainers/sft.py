@@ -23,12 +23,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-from agentgym.trainers.config import SFTSection
-from agentgym.trainers.modeling import TensorBatch, TrainerError, clip_and_step, token_logprobs
 
 from agentgym.models import ChatRenderer, Generation, Trajectory, TrajectoryBuilder, collate
 from agentgym.parsing import format_tool_call
 from agentgym.rollout import make_policy, read_jsonl, run_episode
+from agentgym.trainers.config import SFTSection
+from agentgym.trainers.modeling import TensorBatch, TrainerError, clip_and_step, token_logprobs
 
 __all__ = [
     "assistant_text",

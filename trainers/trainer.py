@@ -40,6 +40,10 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 import torch
+
+from agentgym.models import DEFAULT_MODEL, ChatRenderer, collate
+from agentgym.models.loading import resolve_device
+from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
 from agentgym.trainers.diagnostics import (
@@ -66,10 +70,6 @@ from agentgym.trainers.modeling import (
 )
 from agentgym.trainers.report import write_report
 from agentgym.trainers.sft import demonstration_records, demonstration_trajectories, sft_batch_indices, sft_update
-
-from agentgym.models import DEFAULT_MODEL, ChatRenderer, collate
-from agentgym.models.loading import resolve_device
-from agentgym.runner import Episode, RolloutConfig, run_rollouts
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -13,8 +13,9 @@ from functools import lru_cache
 from typing import Any
 
 import jsonschema
-from agentgym.verifiers.result import RewardResult
 from jsonschema.exceptions import best_match
+
+from agentgym.verifiers.result import RewardResult
 
 __all__ = ["ToolSpecs", "call_name_and_arguments", "tool_schemas", "validate_json", "validate_json_text", "validate_tool_call"]
 

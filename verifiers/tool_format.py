@@ -9,11 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from agentgym.parsing import parse_action
 from agentgym.verifiers.result import RewardResult
 from agentgym.verifiers.schema import ToolSpecs, tool_schemas, validate_json
 from agentgym.verifiers.trajectory import split_turns
-
-from agentgym.parsing import parse_action
 
 __all__ = ["episode_format_reward", "format_reward"]
 

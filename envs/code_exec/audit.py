@@ -28,7 +28,6 @@ from importlib import resources
 from typing import Any
 
 from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
-
 from agentgym.sandbox._harness import canonical
 
 __all__ = ["MAX_BASELINE_SCORE", "TaskAudit", "audit_task", "audit_tasks", "bundled_tasks"]

@@ -67,14 +67,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
-from agentgym.verifiers import RewardResult, weighted_sum
-
 from agentgym.env import Message, ToolEnv
+from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
 from agentgym.parsing import ParsedAction
 from agentgym.sandbox import ExecResult, Limits, Sandbox, SandboxError, get_backend
 from agentgym.sandbox.grading import GRADING_LIMITS, Grade, Grader
 from agentgym.tools import ToolError, tool
+from agentgym.verifiers import RewardResult, weighted_sum
 
 RUN_LIMITS = Limits(wall_time_s=10.0, cpu_time_s=10, max_output_bytes=16 << 10)
 WEIGHTS = {"tests": 1.0, "submitted": 0.0}

@@ -24,7 +24,6 @@ from string import Template
 from typing import Any
 
 from agentgym.envs.code_exec.families import FAMILIES, Family
-
 from agentgym.sandbox._harness import canonical, decode, encode
 
 SEED = 20251121

@@ -13,15 +13,15 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
+
+from agentgym.env import Message, ToolEnv
 from agentgym.envs.knowledge.answers import check_answer
 from agentgym.envs.knowledge.cache import SHARED_CACHE, ToolCache
 from agentgym.envs.knowledge.search_tool import MAX_RESULTS, ArticleIndex
 from agentgym.envs.knowledge.snapshot import open_readonly, snapshot_path
-from agentgym.verifiers import RewardResult, weighted_sum
-
-from agentgym.env import Message, ToolEnv
 from agentgym.parsing import ParsedAction
 from agentgym.tools import ToolError, cap_result, tool
+from agentgym.verifiers import RewardResult, weighted_sum
 
 __all__ = ["FAULT_MESSAGE", "WEIGHTS", "ArticleEnv", "KnowledgeEnv"]
 

@@ -26,7 +26,6 @@ from typing import Any
 from agentgym.envs.knowledge.calculator import calculate
 from agentgym.envs.knowledge.snapshot import open_readonly
 from agentgym.envs.knowledge.world import TABLES
-
 from agentgym.labelling import (
     Scenario,
     Transform,

@@ -15,7 +15,6 @@ from typing import Any
 
 from agentgym.envs.knowledge.names import slugify
 from agentgym.envs.knowledge.snapshot import BM25_WEIGHTS
-
 from agentgym.tools import ToolError
 
 __all__ = ["MAX_RESULTS", "ArticleIndex"]

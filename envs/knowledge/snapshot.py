@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlite_utils
+
 from agentgym.envs.knowledge.articles import render_articles
 from agentgym.envs.knowledge.world import FOREIGN_KEYS, GENERATOR_VERSION, TABLES, WORLD_SEED, World, generate_world
 

@@ -69,7 +69,6 @@ from agentgym.envs.knowledge.base import KnowledgeEnv
 from agentgym.envs.knowledge.snapshot import open_readonly
 from agentgym.envs.knowledge.sql_tool import ReadOnlySQL
 from agentgym.envs.knowledge.world import FOREIGN_KEYS, TABLES
-
 from agentgym.tools import tool
 
 __all__ = ["SQLEnv", "schema_text"]

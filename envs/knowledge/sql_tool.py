@@ -21,7 +21,6 @@ import time
 from typing import Any
 
 from agentgym.envs.knowledge.world import TABLES
-
 from agentgym.tools import ToolError
 
 __all__ = ["ALLOWED_FUNCTIONS", "QueryInterrupted", "ReadOnlySQL"]

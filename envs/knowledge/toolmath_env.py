@@ -60,7 +60,6 @@ from __future__ import annotations
 
 from agentgym.envs.knowledge.base import ArticleEnv
 from agentgym.envs.knowledge.calculator import CalculatorError, calculate
-
 from agentgym.tools import ToolError, tool
 
 __all__ = ["ToolMathEnv"]

@@ -17,6 +17,7 @@ from http import HTTPStatus
 from typing import Any
 
 import httpx
+
 from agentgym.envs.mock_api.server import DRAIN_LIMIT
 from agentgym.envs.mock_api.session import SIMULATED_HEADER
 

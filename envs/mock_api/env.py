@@ -84,6 +84,7 @@ import weakref
 from collections.abc import Sequence
 from typing import Any, Literal
 
+from agentgym.env import Message, ToolEnv
 from agentgym.envs.mock_api.apidocs import endpoint_docs, find_operation, overview
 from agentgym.envs.mock_api.client import ApiClient, ClientTimeout, RequestRefused
 from agentgym.envs.mock_api.faults import FAULT_KINDS, FaultConfig, FaultPlan
@@ -91,11 +92,9 @@ from agentgym.envs.mock_api.grading import state_problems
 from agentgym.envs.mock_api.server import ServerLease, acquire_server
 from agentgym.envs.mock_api.session import Session
 from agentgym.envs.mock_api.world import World, generate_world
-from agentgym.verifiers import RewardResult, weighted_sum
-
-from agentgym.env import Message, ToolEnv
 from agentgym.parsing import ParsedAction
 from agentgym.tools import ToolError, tool
+from agentgym.verifiers import RewardResult, weighted_sum
 
 __all__ = ["SYSTEM_PROMPT", "WEIGHTS", "MockApiEnv"]
 

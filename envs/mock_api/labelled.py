@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import Any
 
 from agentgym.envs.mock_api.world import generate_world
-
 from agentgym.labelling import (
     Scenario,
     Turns,

@@ -36,6 +36,7 @@ from http import HTTPStatus
 from typing import Any
 
 import h11
+
 from agentgym.envs.mock_api.session import MAX_BODY_BYTES, HttpRequest, Session
 
 __all__ = ["DRAIN_LIMIT", "SESSION_PREFIX", "THREAD_PREFIX", "MockApiServer", "ServerLease", "acquire_server", "server_status"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
+
 from agentgym.envs.mock_api.world import PRIORITIES, STATUSES, TEAMS, TIERS
 
 __all__ = [

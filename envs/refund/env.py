@@ -68,12 +68,11 @@ from decimal import Decimal
 from importlib import resources
 from typing import Any, Literal
 
-from agentgym.envs.refund.rules import Condition, DenialReason, evaluate_item, money
-from agentgym.verifiers import RewardResult, weighted_sum
-
 from agentgym.env import Message, ToolEnv
+from agentgym.envs.refund.rules import Condition, DenialReason, evaluate_item, money
 from agentgym.parsing import ParsedAction
 from agentgym.tools import ToolError, tool
+from agentgym.verifiers import RewardResult, weighted_sum
 
 Outcome = Literal["full_refund", "partial_refund", "denied"]
 Question = Literal["email", "zip", "order_id", "items", "condition"]

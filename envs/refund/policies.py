@@ -13,7 +13,6 @@ from decimal import Decimal
 from typing import Any
 
 from agentgym.envs.refund.rules import money
-
 from agentgym.parsing import format_tool_call
 from agentgym.policies import Script, ScriptedPolicy
 

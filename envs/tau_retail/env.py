@@ -99,16 +99,15 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from agentgym.env import Message, ToolEnv
 from agentgym.envs.tau_retail.data import RetailDB, read_bundled
 from agentgym.envs.tau_retail.llm_user import LLMCustomer, LLMUser, ResponseCache
 from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, WRITE_TOOLS, RetailTools
 from agentgym.envs.tau_retail.users import STOP, USER_MODES, Progress, make_user, target_record
 from agentgym.envs.tau_retail.violations import PolicyViolations, record_owner
-from agentgym.verifiers import RewardResult
-
-from agentgym.env import Message, ToolEnv
 from agentgym.models import GenerationBackend
 from agentgym.parsing import ParsedAction, ToolCall
+from agentgym.verifiers import RewardResult
 
 # agentgym split -> τ-bench split
 UPSTREAM_SPLITS = {"train": "train", "val": "dev", "test": "test"}

@@ -14,7 +14,6 @@ from typing import Any
 
 from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
-
 from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, edit_calls, insert_after, keep, labelled_main, prepend_malformed_turn
 from agentgym.parsing import format_tool_call
 

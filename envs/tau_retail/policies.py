@@ -12,7 +12,6 @@ from typing import Any
 from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
 from agentgym.envs.tau_retail.users import describe
-
 from agentgym.parsing import format_tool_call
 from agentgym.policies import Script, ScriptedPolicy
 

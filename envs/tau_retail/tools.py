@@ -26,7 +26,6 @@ from collections.abc import Callable
 from typing import Any, Literal, get_args
 
 from agentgym.envs.tau_retail.data import Record, RetailDB
-
 from agentgym.tools import ToolError, tool, tools_of
 
 __all__ = ["TERMINATE_TOOLS", "WRITE_TOOLS", "RetailTools", "calculate_expression"]

@@ -15,10 +15,10 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-from agentgym.trainers.adapters.export import export_rows
-from agentgym.trainers.adapters.spec import EnvSpec
 
 from agentgym.rollout import assistant_turns, make_policy, run_episode
+from agentgym.trainers.adapters.export import export_rows
+from agentgym.trainers.adapters.spec import EnvSpec
 
 CHATML_TEMPLATE = Path(__file__).with_name("chatml_tools.jinja")
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 from adapter_support import REFUND, ScriptedEngine, oracle_turns, rendered_conversation
+
+from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.pool import EnvPool
 from agentgym.trainers.adapters.spec import EnvSpec
-
-from agentgym.episode import RolloutSettings, TokenEpisode
 
 
 def _spec(index: int = 0) -> EnvSpec:

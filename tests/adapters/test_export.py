@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from adapter_support import REFUND
+
 from agentgym.trainers.adapters.__main__ import main as adapters_main
 from agentgym.trainers.adapters.export import FORMATS, export_rows, main, write_rows
 from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec, SpecError

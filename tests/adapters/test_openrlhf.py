@@ -24,11 +24,12 @@ from docs_commands import run_doc_block
 
 require("openrlhf.utils.agent", "openrlhf")
 
+from openrlhf.datasets.prompts_dataset import preprocess_data  # noqa: E402
+from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor  # noqa: E402
+
 from agentgym.trainers.adapters.export import export_rows  # noqa: E402
 from agentgym.trainers.adapters.pool import EnvPool  # noqa: E402
 from agentgym.trainers.adapters.spec import EnvSpec  # noqa: E402
-from openrlhf.datasets.prompts_dataset import preprocess_data  # noqa: E402
-from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor  # noqa: E402
 
 
 class FakeVLLM:

@@ -17,12 +17,13 @@ from docs_commands import run_doc_block
 
 require("trl", "trl")
 
-from agentgym.trainers.adapters.export import export_rows  # noqa: E402
-from agentgym.trainers.adapters.trl import build_parser, environment_class  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoTokenizer  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from trl.chat_template_utils import qwen3_chat_template  # noqa: E402
+
+from agentgym.trainers.adapters.export import export_rows  # noqa: E402
+from agentgym.trainers.adapters.trl import build_parser, environment_class  # noqa: E402
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 

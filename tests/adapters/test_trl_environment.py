@@ -11,11 +11,11 @@ import inspect
 import gymnasium as gym
 import pytest
 from adapter_support import REFUND, oracle_turns
+
+from agentgym.parsing import parse_action
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.spec import EnvSpec, SpecError
 from agentgym.trainers.adapters.trl import TRLEnvironment, environment_class, environment_factories, reward_from_env
-
-from agentgym.parsing import parse_action
 
 
 def _trl_tool_methods(cls: type) -> list[str]:

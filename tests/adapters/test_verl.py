@@ -18,14 +18,15 @@ from docs_commands import run_doc_block
 require("verl.experimental.agent_loop", "verl")
 
 import verl  # noqa: E402
-from agentgym.trainers.adapters.export import export_rows, write_rows  # noqa: E402
-from agentgym.trainers.adapters.spec import EnvSpec  # noqa: E402
-from agentgym.trainers.adapters.verl import AGENT_LOOP_CONFIG, compute_score  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 from verl import DataProto  # noqa: E402
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker  # noqa: E402
 from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+
+from agentgym.trainers.adapters.export import export_rows, write_rows  # noqa: E402
+from agentgym.trainers.adapters.spec import EnvSpec  # noqa: E402
+from agentgym.trainers.adapters.verl import AGENT_LOOP_CONFIG, compute_score  # noqa: E402
 
 CONFIG_DIR = Path(verl.__file__).parent / "trainer" / "config"
 

@@ -6,9 +6,9 @@ from importlib import resources
 
 import gymnasium as gym
 import pytest
+
 from agentgym.envs.code_exec import generate
 from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
-
 from agentgym.parsing import format_tool_call
 from agentgym.rollout import make_policy, run_episode, to_json_line
 from agentgym.sandbox import Limits, SandboxUnavailable, get_backend
@@ -236,7 +236,6 @@ def test_mbpp_asserts_that_test_nothing_of_the_submission_are_refused(tmp_path):
 
 def test_labelled_set_is_reproducible(tmp_path):
     from agentgym.envs.code_exec import labelled
-
     from agentgym.rollout import write_jsonl
 
     out = tmp_path / "labelled.jsonl"

@@ -4,10 +4,10 @@ answer with more than half its hidden tests, and the audit catches tasks that do
 import json
 
 import pytest
-from agentgym.envs.code_exec.audit import MAX_BASELINE_SCORE, audit_task, audit_tasks, bundled_tasks
-from agentgym.envs.code_exec.loaders import load_tasks
 
 from agentgym.cli import main
+from agentgym.envs.code_exec.audit import MAX_BASELINE_SCORE, audit_task, audit_tasks, bundled_tasks
+from agentgym.envs.code_exec.loaders import load_tasks
 from agentgym.sandbox import SandboxUnavailable, get_backend
 
 

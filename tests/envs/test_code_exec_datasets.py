@@ -14,8 +14,8 @@ from pathlib import Path
 
 import gymnasium as gym
 import pytest
-from agentgym.envs.code_exec.loaders import load_tasks
 
+from agentgym.envs.code_exec.loaders import load_tasks
 from agentgym.parsing import format_tool_call
 from agentgym.sandbox import SandboxUnavailable, get_backend
 

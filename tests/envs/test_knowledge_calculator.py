@@ -3,9 +3,10 @@
 import time
 
 import pytest
-from agentgym.envs.knowledge.calculator import CalculatorError, calculate
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from agentgym.envs.knowledge.calculator import CalculatorError, calculate
 
 
 @pytest.mark.parametrize(

@@ -6,14 +6,14 @@ from collections import Counter
 from importlib import resources
 
 import pytest
+from gymnasium.utils.env_checker import check_env
+
 from agentgym.envs.knowledge import generate
 from agentgym.envs.knowledge.cache import ToolCache
 from agentgym.envs.knowledge.gen_search import DIFFICULTY_HOPS
 from agentgym.envs.knowledge.searchqa_env import SearchQAEnv
 from agentgym.envs.knowledge.sql_env import SQLEnv
 from agentgym.envs.knowledge.toolmath_env import ToolMathEnv
-from gymnasium.utils.env_checker import check_env
-
 from agentgym.parsing import format_tool_call
 from agentgym.rollout import run_episode, summarize, to_json_line
 

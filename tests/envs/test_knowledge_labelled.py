@@ -6,8 +6,8 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from agentgym.envs.knowledge import labelled
 
+from agentgym.envs.knowledge import labelled
 from agentgym.rollout import write_jsonl
 from agentgym.validation import env_reward
 

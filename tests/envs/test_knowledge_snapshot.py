@@ -5,13 +5,13 @@ import multiprocessing
 import sqlite3
 
 import pytest
+
 from agentgym.envs.knowledge import snapshot
 from agentgym.envs.knowledge.articles import render_articles
 from agentgym.envs.knowledge.names import normalize_name
 from agentgym.envs.knowledge.search_tool import ArticleIndex
 from agentgym.envs.knowledge.sql_env import SQLEnv
 from agentgym.envs.knowledge.world import LAST_YEAR, WORLD_SEED, generate_world
-
 from agentgym.tools import ToolError
 
 

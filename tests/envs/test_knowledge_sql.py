@@ -5,9 +5,9 @@ import sqlite3
 import time
 
 import pytest
+
 from agentgym.envs.knowledge.snapshot import file_sha256, open_readonly, snapshot_path
 from agentgym.envs.knowledge.sql_tool import QueryInterrupted, ReadOnlySQL
-
 from agentgym.tools import ToolError
 
 TIME_LIMIT_S = 2.0

@@ -6,10 +6,10 @@ from collections import Counter
 from importlib import resources
 
 import pytest
+
 from agentgym.envs.mock_api import taskgen
 from agentgym.envs.mock_api.env import MockApiEnv
 from agentgym.envs.mock_api.faults import FAULT_KINDS
-
 from agentgym.parsing import format_tool_call
 from agentgym.rollout import make_policy, run_episode, summarize, to_json_line
 

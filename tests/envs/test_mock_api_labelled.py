@@ -6,7 +6,6 @@ from importlib import resources
 from pathlib import Path
 
 from agentgym.envs import ENVIRONMENTS
-
 from agentgym.rollout import write_jsonl
 from agentgym.validation import env_reward
 

@@ -11,9 +11,9 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from agentgym.envs.mock_api.env import MockApiEnv
 from agentgym.envs.mock_api.server import THREAD_PREFIX, acquire_server, server_status
-
 from agentgym.rollout import make_policy, run_episode, to_json_line
 
 

@@ -4,6 +4,7 @@ validation, the helpdesk's rules, the OpenAPI description and the state grader."
 import json
 
 import pytest
+
 from agentgym.envs.mock_api.faults import FAULT_KINDS, FaultConfig, FaultDraw, FaultPlan
 from agentgym.envs.mock_api.grading import state_problems
 from agentgym.envs.mock_api.session import SIMULATED_HEADER, HttpRequest, Session

@@ -6,8 +6,8 @@ from importlib import resources
 
 import gymnasium as gym
 import pytest
-from agentgym.envs.refund import generate
 
+from agentgym.envs.refund import generate
 from agentgym.parsing import format_tool_call
 from agentgym.rollout import make_policy, rollout, run_episode, summarize
 

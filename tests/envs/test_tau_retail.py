@@ -10,12 +10,12 @@ import json
 
 import gymnasium as gym
 import pytest
+from gymnasium.utils.env_checker import check_env
+
 from agentgym.envs.tau_retail.data import DATA, RetailDB, read_bundled
 from agentgym.envs.tau_retail.env import TauRetailEnv, upstream_tasks
 from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, RetailTools, calculate_expression
 from agentgym.envs.tau_retail.users import STOP
-from gymnasium.utils.env_checker import check_env
-
 from agentgym.parsing import format_tool_call
 from agentgym.rollout import make_policy, run_episode, to_json_line
 from agentgym.tools import tools_of
@@ -412,7 +412,6 @@ def test_labelled_set_is_a_fresh_build(tmp_path):
     from importlib import resources
 
     from agentgym.envs.tau_retail import labelled
-
     from agentgym.rollout import write_jsonl
 
     out = tmp_path / "labelled.jsonl"

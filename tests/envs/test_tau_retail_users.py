@@ -11,11 +11,11 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-from agentgym.envs.tau_retail import llm_user
-from agentgym.envs.tau_retail.llm_user import FALLBACK, GREETING, ResponseCache
 from gymnasium.utils.env_checker import check_env
 
 import agentgym  # noqa: F401 - registers the environments
+from agentgym.envs.tau_retail import llm_user
+from agentgym.envs.tau_retail.llm_user import FALLBACK, GREETING, ResponseCache
 from agentgym.models import DEFAULT_MODEL, Generation, SamplingParams
 from agentgym.parsing import format_tool_call
 from agentgym.rollout import to_json_line

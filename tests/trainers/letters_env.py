@@ -12,11 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
-from agentgym.verifiers.result import RewardResult
 
 from agentgym.env import ToolEnv
 from agentgym.parsing import ParsedAction, format_tool_call
 from agentgym.tools import tool
+from agentgym.verifiers.result import RewardResult
 
 TOY_ENV = "agentgym-test/Letters-v0"
 WORDS = ("apple", "river", "stone", "cloud", "grape", "lemon", "tiger", "piano")

@@ -10,12 +10,12 @@ from collections import defaultdict
 
 import pytest
 import yaml
-from agentgym.trainers.config import ConfigError
-from agentgym.trainers.experiment import load_experiment, run_experiment, summarize_experiment
 from letters_env import TOY_ENV
 
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollout import read_jsonl
+from agentgym.trainers.config import ConfigError
+from agentgym.trainers.experiment import load_experiment, run_experiment, summarize_experiment
 
 QUIET = {"progress": False, "tensorboard": False, "plots": False}
 

@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 import torch
+
 from agentgym.trainers.grpo import (
     LOSS_AGGS,
     filter_degenerate_groups,

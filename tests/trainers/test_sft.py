@@ -8,6 +8,11 @@ import json
 import gymnasium as gym
 import pytest
 import torch
+from letters_env import TOY_ENV
+
+from agentgym.models import ChatRenderer, check_rendering, load_model
+from agentgym.parsing import format_tool_call
+from agentgym.rollout import make_policy, run_episode
 from agentgym.trainers.config import OptimSection, SFTSection
 from agentgym.trainers.modeling import TrainerError, make_optimizer
 from agentgym.trainers.sft import (
@@ -18,11 +23,6 @@ from agentgym.trainers.sft import (
     sft_batch_indices,
     sft_update,
 )
-from letters_env import TOY_ENV
-
-from agentgym.models import ChatRenderer, check_rendering, load_model
-from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, run_episode
 
 
 @pytest.fixture(scope="module")

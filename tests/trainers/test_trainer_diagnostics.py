@@ -6,10 +6,10 @@ import json
 import math
 
 import pytest
-from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, plot_metrics, read_metrics, rollout_metrics
 
 from agentgym.models import Trajectory
 from agentgym.runner import Episode
+from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, plot_metrics, read_metrics, rollout_metrics
 
 
 def episode(

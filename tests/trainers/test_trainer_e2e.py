@@ -8,16 +8,16 @@ import math
 import sys
 
 import pytest
+from letters_env import TOY_ENV
+from safetensors.torch import load_file
+
+from agentgym.models import load_model, resolve_model_path
 from agentgym.trainers.checkpoint import latest_checkpoint
 from agentgym.trainers.cli import add_parsers
 from agentgym.trainers.config import load_config
 from agentgym.trainers.diagnostics import read_metrics
 from agentgym.trainers.modeling import TrainerError, add_lora
 from agentgym.trainers.trainer import train
-from letters_env import TOY_ENV
-from safetensors.torch import load_file
-
-from agentgym.models import load_model, resolve_model_path
 
 QUIET = {"logging.progress": False, "logging.tensorboard": False, "logging.plots": False}
 
@@ -203,8 +203,9 @@ def test_filtered_updates_keep_their_place_in_the_learning_rate_schedule(tiny_mo
     """With filter_degenerate, updates of groups whose rewards are all equal are dropped; the
     schedule must still stand at steps x planned updates per step when the phase ends."""
     import torch
-    from agentgym.verifiers.result import RewardResult
     from letters_env import LettersEnv
+
+    from agentgym.verifiers.result import RewardResult
 
     # Every episode of a task gets the same reward: every group is degenerate, every update dropped.
     monkeypatch.setattr(LettersEnv, "compute_reward", lambda self: RewardResult(len(self.task["word"]) / 10, "constant", {}, False))

@@ -6,8 +6,9 @@ import math
 
 import pytest
 import torch
-from agentgym.trainers.modeling import MIN_SHARED_PREFIX, Reference, TensorBatch, shared_prefix_length, token_logprobs
 from transformers import LlamaConfig, LlamaForCausalLM
+
+from agentgym.trainers.modeling import MIN_SHARED_PREFIX, Reference, TensorBatch, shared_prefix_length, token_logprobs
 
 
 @pytest.fixture

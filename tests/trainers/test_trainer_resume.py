@@ -7,12 +7,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from letters_env import TOY_ENV
+from safetensors.torch import load_file
+
 from agentgym.trainers.checkpoint import checkpoints
 from agentgym.trainers.config import load_config
 from agentgym.trainers.modeling import TrainerError
 from agentgym.trainers.trainer import train
-from letters_env import TOY_ENV
-from safetensors.torch import load_file
 
 
 def config_for(model_dir: Path, out: Path, **extra):

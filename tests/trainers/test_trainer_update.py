@@ -7,15 +7,15 @@ import dataclasses
 
 import pytest
 import torch
-from agentgym.trainers.config import GRPOSection
-from agentgym.trainers.grpo import LOSS_AGGS
-from agentgym.trainers.modeling import Reference
-from agentgym.trainers.trainer import grpo_update
 from letters_env import TOY_ENV
 
 from agentgym.models import load_model
 from agentgym.models.hf import HFBackend
 from agentgym.runner import RolloutConfig, run_rollouts
+from agentgym.trainers.config import GRPOSection
+from agentgym.trainers.grpo import LOSS_AGGS
+from agentgym.trainers.modeling import Reference
+from agentgym.trainers.trainer import grpo_update
 
 GROUP = 3
 

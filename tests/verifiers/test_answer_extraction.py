@@ -1,6 +1,7 @@
 """Answer extraction: boxed (nested braces), tags, phrases, regex, and the anti-hedging policy."""
 
 import pytest
+
 from agentgym.verifiers import AnswerExtractor, extract_boxed, extract_final_answer, extract_regex, extract_tagged
 
 

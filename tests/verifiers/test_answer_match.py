@@ -4,6 +4,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import pytest
+
 from agentgym.verifiers import RewardResult, exact_match, math_match, math_match_batch, normalized_match, numeric_match
 
 # Semantic tests use a long limit so that a loaded machine cannot turn them into timeouts.

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from agentgym.verifiers import BoundedPool
 
 # 9 ** (9 ** 81) never finishes, and as one C-level big-integer power it ignores signals.

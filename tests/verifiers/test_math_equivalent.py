@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 import pytest
-from agentgym.verifiers import check_math_equivalence, math_equivalent, math_equivalent_batch
-from agentgym.verifiers.math_equiv import numeric_shortcut, prepare_answer
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
+from agentgym.verifiers import check_math_equivalence, math_equivalent, math_equivalent_batch
+from agentgym.verifiers.math_equiv import numeric_shortcut, prepare_answer
 
 CASES = Path(__file__).parent / "data" / "math_verify_cases.jsonl"
 

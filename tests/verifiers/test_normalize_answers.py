@@ -3,9 +3,10 @@
 from fractions import Fraction
 
 import pytest
-from agentgym.verifiers import NumberParseError, normalize_text, parse_number
 from hypothesis import given
 from hypothesis import strategies as st
+
+from agentgym.verifiers import NumberParseError, normalize_text, parse_number
 
 
 @pytest.mark.parametrize(

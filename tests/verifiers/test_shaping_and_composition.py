@@ -3,6 +3,10 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentgym.parsing import format_tool_call
 from agentgym.verifiers import (
     Composite,
     ProcessReward,
@@ -14,10 +18,6 @@ from agentgym.verifiers import (
     split_turns,
     weighted_sum,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-
-from agentgym.parsing import format_tool_call
 
 
 def test_linear_length_penalty():

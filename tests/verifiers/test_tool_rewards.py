@@ -3,6 +3,9 @@
 import json
 
 import pytest
+
+from agentgym.parsing import format_tool_call
+from agentgym.tools import tool, tools_of
 from agentgym.verifiers import (
     episode_format_reward,
     format_reward,
@@ -13,9 +16,6 @@ from agentgym.verifiers import (
     validate_json_text,
     validate_tool_call,
 )
-
-from agentgym.parsing import format_tool_call
-from agentgym.tools import tool, tools_of
 
 
 class Shop:

@@ -28,9 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec
-
 from agentgym.rollout import write_jsonl
+from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec
 
 __all__ = ["FORMATS", "ExportedEpisode", "Format", "episodes", "export_rows", "main", "row_for", "write_rows"]
 

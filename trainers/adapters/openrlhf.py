@@ -28,12 +28,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import torch
-from agentgym.trainers.adapters.pool import EnvPool, shared_pool
-from agentgym.trainers.adapters.spec import EnvSpec
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
 from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.models.chat import ToolMode
+from agentgym.trainers.adapters.pool import EnvPool, shared_pool
+from agentgym.trainers.adapters.spec import EnvSpec
 
 __all__ = ["AgentExecutor", "AgentInstance", "make_agent_executor"]
 

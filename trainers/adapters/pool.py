@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import gymnasium as gym
+
 from agentgym.trainers.adapters.spec import EnvSpec
 
 __all__ = ["EnvPool", "shared_pool"]

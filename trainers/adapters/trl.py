@@ -36,15 +36,15 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
-from agentgym.trainers.adapters.export import export_rows
-from agentgym.trainers.adapters.pool import EnvPool
-from agentgym.trainers.adapters.spec import EnvSpec, SpecError
 
 from agentgym.env import EpisodeOver
 from agentgym.episode import EpisodeOutcome, RolloutSettings, TokenEpisode, episode_outcome
 from agentgym.models.chat import ToolMode
 from agentgym.models.loading import ModelLoadError
 from agentgym.tools import Tool, tools_of
+from agentgym.trainers.adapters.export import export_rows
+from agentgym.trainers.adapters.pool import EnvPool
+from agentgym.trainers.adapters.spec import EnvSpec, SpecError
 
 __all__ = ["RolloutFunction", "TRLEnvironment", "build_parser", "build_trainer", "environment_class", "environment_factories", "main", "reward_from_env"]
 

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from agentgym.trainers.adapters.pool import EnvPool, shared_pool
-from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 from verl.utils.profiler import simple_timer
 
 from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.models.chat import ToolMode
+from agentgym.trainers.adapters.pool import EnvPool, shared_pool
+from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec
 
 __all__ = ["AGENT_LOOP_CONFIG", "AgentGymAgentLoop", "compute_score"]
 

@@ -1,0 +1,36 @@
+"""The examples in examples/ run as documented (with small settings) and say what they claim."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def run(name: str, *args: str, timeout: int = 600) -> str:
+    done = subprocess.run([sys.executable, str(EXAMPLES / name), *args], capture_output=True, text=True, timeout=timeout, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return done.stdout
+
+
+def test_new_env_is_short_and_works():
+    assert len((EXAMPLES / "new_env.py").read_text(encoding="utf-8").splitlines()) < 100
+    out = run("new_env.py")
+    assert "Error: unknown city 'Atlantis'" in out and "reward=1.0 terminated=True" in out
+
+
+def test_new_reward_catches_the_naive_version_and_validates_the_fixed_one():
+    out = run("new_reward.py")
+    naive, fixed = out.split("reward: ", 1)[0], out.split("\nreward: ", 1)[1]
+    assert "not valid" in naive and "FAIL gameability_gap" in naive
+    assert "-> valid" in fixed and "FAIL" not in fixed
+
+
+def test_hand_loop_trains_one_step(default_tokenizer):
+    pytest.importorskip("torch")
+    out = run("hand_loop.py", "--steps", "1", "--tasks", "1", "--group-size", "2", "--max-new-tokens", "24")
+    assert "part 1: one episode" in out and "part 2, step 1:" in out
