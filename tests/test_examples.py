@@ -25,7 +25,7 @@ def test_new_env_is_short_and_works():
 
 def test_new_reward_catches_the_naive_version_and_validates_the_fixed_one():
     out = run("new_reward.py")
-    naive, fixed = out.split("reward: ", 1)[0], out.split("\nreward: ", 1)[1]
+    naive, fixed = out.split("\nreward: ", 1)
     assert "not valid" in naive and "FAIL gameability_gap" in naive
     assert "-> valid" in fixed and "FAIL" not in fixed
 
