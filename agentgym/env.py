@@ -164,11 +164,7 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
             self._over, self._terminated, self._truncated = True, terminated, truncated
             self._result = self._reward()
             reward = float(self._result.score)
-            info |= {
-                "reward_components": dict(self._result.components),
-                "reward_reason": self._result.reason,
-                "success": bool(self._result.passed),
-            }
+            info |= {"reward_components": dict(self._result.components), "reward_reason": self._result.reason, "success": bool(self._result.passed)}
         self._messages.extend(dict(m) for m in observation)
         self._steps.append({"reward": reward, "info": info})
         self._last = observation

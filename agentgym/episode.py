@@ -38,15 +38,7 @@ from agentgym.models.chat import ChatRenderer, ToolMode
 from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.parsing import parse_action
 
-__all__ = [
-    "EpisodeOutcome",
-    "EpisodeTokens",
-    "RolloutSettings",
-    "StopReason",
-    "TokenEpisode",
-    "episode_outcome",
-    "turn_seed",
-]
+__all__ = ["EpisodeOutcome", "EpisodeTokens", "RolloutSettings", "StopReason", "TokenEpisode", "episode_outcome", "turn_seed"]
 
 StopReason = Literal["done", "max_turns", "token_budget", "error"]
 

@@ -166,10 +166,7 @@ def _trial_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     fewest = min(len(t) for t in trials.values())
     if fewest < 2:
         return {}
-    return {
-        "pass_hat_k": {str(k): pass_hat_k(trials, k) for k in range(1, fewest + 1)},
-        "per_task": {task: f"{sum(t)}/{len(t)}" for task, t in trials.items()},
-    }
+    return {"pass_hat_k": {str(k): pass_hat_k(trials, k) for k in range(1, fewest + 1)}, "per_task": {task: f"{sum(t)}/{len(t)}" for task, t in trials.items()}}
 
 
 @dataclass

@@ -44,11 +44,7 @@ class ToolCall:
 
     def to_openai(self) -> dict[str, Any]:
         """The call as an entry of an OpenAI assistant message's ``tool_calls``."""
-        return {
-            "id": self.id,
-            "type": "function",
-            "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)},
-        }
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
 
 
 @dataclass(frozen=True)

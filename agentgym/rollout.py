@@ -55,13 +55,7 @@ def make_policy(env: gym.Env, name: str, seed: int) -> Policy:
 
 
 def rollout(
-    env_id: str,
-    policy: str,
-    *,
-    episodes: int,
-    seed: int = 0,
-    split: str = "train",
-    env_kwargs: dict[str, Any] | None = None,
+    env_id: str, policy: str, *, episodes: int, seed: int = 0, split: str = "train", env_kwargs: dict[str, Any] | None = None
 ) -> Iterator[dict[str, Any]]:
     """Yield ``episodes`` episode records of a named scripted policy.
 

@@ -38,16 +38,7 @@ from agentgym.episode import RolloutSettings, StopReason, TokenEpisode, turn_see
 from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
 from agentgym.models.backend import as_streaming
 
-__all__ = [
-    "Episode",
-    "ProgressFn",
-    "RolloutConfig",
-    "RolloutRunner",
-    "RolloutTiming",
-    "StopReason",
-    "run_rollouts",
-    "turn_seed",
-]
+__all__ = ["Episode", "ProgressFn", "RolloutConfig", "RolloutRunner", "RolloutTiming", "StopReason", "run_rollouts", "turn_seed"]
 
 ProgressFn = Callable[[int, int], None]
 
@@ -209,12 +200,7 @@ class RolloutTiming:
 
     def to_dict(self) -> dict[str, float | int]:
         """The fields plus ``tokens_per_s``, ``generate_share`` and ``env_share``."""
-        return {
-            **asdict(self),
-            "tokens_per_s": self.tokens_per_s,
-            "generate_share": self.generate_share,
-            "env_share": self.env_share,
-        }
+        return {**asdict(self), "tokens_per_s": self.tokens_per_s, "generate_share": self.generate_share, "env_share": self.env_share}
 
 
 @dataclass(frozen=True)

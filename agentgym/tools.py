@@ -65,10 +65,7 @@ class Tool:
     @property
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-calling schema of this tool."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
-        }
+        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": self.parameters}}
 
     def validation_error(self, arguments: Any) -> str | None:
         """Why ``arguments`` do not fit the schema, or ``None`` when they do."""

@@ -6,22 +6,10 @@ import gymnasium as gym
 
 # id -> (entry point, one-line description)
 ENVIRONMENTS: dict[str, tuple[str, str]] = {
-    "agentgym/Refund-v0": (
-        "agentgym.envs.refund.env:RefundEnv",
-        "Customer-support refund workflow under a written policy, with a scripted customer",
-    ),
-    "agentgym/CodeExec-v0": (
-        "agentgym.envs.code_exec.env:CodeExecEnv",
-        "Write, test and submit Python code in a sandbox; graded by hidden tests",
-    ),
-    "agentgym/MockAPI-v0": (
-        "agentgym.envs.mock_api.env:MockApiEnv",
-        "Helpdesk operations over a real HTTP API with seeded, reproducible faults",
-    ),
-    "agentgym/SQL-v0": (
-        "agentgym.envs.knowledge.sql_env:SQLEnv",
-        "Answer questions with read-only SQL over a synthetic world snapshot",
-    ),
+    "agentgym/Refund-v0": ("agentgym.envs.refund.env:RefundEnv", "Customer-support refund workflow under a written policy, with a scripted customer"),
+    "agentgym/CodeExec-v0": ("agentgym.envs.code_exec.env:CodeExecEnv", "Write, test and submit Python code in a sandbox; graded by hidden tests"),
+    "agentgym/MockAPI-v0": ("agentgym.envs.mock_api.env:MockApiEnv", "Helpdesk operations over a real HTTP API with seeded, reproducible faults"),
+    "agentgym/SQL-v0": ("agentgym.envs.knowledge.sql_env:SQLEnv", "Answer questions with read-only SQL over a synthetic world snapshot"),
     "agentgym/SearchQA-v0": (
         "agentgym.envs.knowledge.searchqa_env:SearchQAEnv",
         "Multi-hop question answering with full-text search over a synthetic encyclopedia",

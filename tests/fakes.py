@@ -63,12 +63,7 @@ class FakeCompletionServer:
 
     @staticmethod
     def completion(
-        token_ids: Sequence[int],
-        logprobs: Sequence[float],
-        finish_reason: str,
-        *,
-        prompt: Sequence[int] | None = None,
-        legacy: bool = False,
+        token_ids: Sequence[int], logprobs: Sequence[float], finish_reason: str, *, prompt: Sequence[int] | None = None, legacy: bool = False
     ) -> dict[str, Any]:
         """A vLLM-shaped ``/v1/completions`` body; ``legacy`` omits ``token_ids`` (older servers)."""
         choice: dict[str, Any] = {

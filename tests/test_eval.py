@@ -25,10 +25,7 @@ from agentgym.runner import Episode
 # ------------------------------------------------------------------------------------------ metrics
 
 
-@pytest.mark.parametrize(
-    "successes, n, expected",
-    [(0, 10, (0.0, 0.27753)), (5, 10, (0.23659, 0.76341)), (10, 10, (0.72247, 1.0)), (1, 1, (0.20654, 1.0))],
-)
+@pytest.mark.parametrize("successes, n, expected", [(0, 10, (0.0, 0.27753)), (5, 10, (0.23659, 0.76341)), (10, 10, (0.72247, 1.0)), (1, 1, (0.20654, 1.0))])
 def test_wilson_interval_known_values(successes, n, expected) -> None:
     assert wilson_interval(successes, n) == pytest.approx(expected, abs=1e-5)
 

@@ -25,12 +25,7 @@ _json = st.recursive(
 )
 # What a Python caller may put in a dict action: values JSON cannot carry.
 _python_value = st.one_of(
-    _json,
-    st.sets(st.integers(), max_size=3),
-    st.binary(max_size=4),
-    st.tuples(st.integers()),
-    st.just(object()),
-    st.integers(4301, 4400).map(lambda n: 10**n),
+    _json, st.sets(st.integers(), max_size=3), st.binary(max_size=4), st.tuples(st.integers()), st.just(object()), st.integers(4301, 4400).map(lambda n: 10**n)
 )
 
 

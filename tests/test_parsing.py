@@ -70,10 +70,7 @@ def test_numbers_too_long_to_convert_are_format_errors_in_both_formats():
 def test_arguments_become_json_data_or_an_error():
     message = {
         "role": "assistant",
-        "tool_calls": [
-            {"function": {"name": "a", "arguments": {"tags": {1, 2}}}},
-            {"function": {"name": "b", "arguments": {"pair": (1, 2), 3: "x"}}},
-        ],
+        "tool_calls": [{"function": {"name": "a", "arguments": {"tags": {1, 2}}}}, {"function": {"name": "b", "arguments": {"pair": (1, 2), 3: "x"}}}],
     }
     parsed = parse_action(message)
     assert parsed.errors == ("arguments of 'a' must be JSON values (a value is not JSON: Object of type set is not JSON serializable)",)

@@ -98,11 +98,7 @@ def load_checkpoint_state(path: str | Path) -> dict[str, Any]:
 
 
 def restore_checkpoint(
-    path: str | Path,
-    *,
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None = None,
-    scheduler: torch.optim.lr_scheduler.LRScheduler | None = None,
+    path: str | Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
 ) -> None:
     """Load a checkpoint's weights into ``model`` (and the optimiser, schedule and random states).
 

@@ -442,11 +442,7 @@ def config_to_dict(config: TrainConfig) -> dict[str, Any]:
     return plain(dataclasses.asdict(config))
 
 
-def load_config(
-    path: str | Path | None = None,
-    *,
-    overrides: Mapping[str, Any] | None = None,
-) -> TrainConfig:
+def load_config(path: str | Path | None = None, *, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
     """Read a YAML file (optional), apply dotted-key ``overrides`` and validate.
 
     Args:

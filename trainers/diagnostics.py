@@ -31,16 +31,7 @@ if TYPE_CHECKING:
 
     from agentgym.runner import Episode
 
-__all__ = [
-    "MetricsLogger",
-    "ProgressDisplay",
-    "WarningMonitor",
-    "eval_summary",
-    "plot_metrics",
-    "read_metrics",
-    "rollout_metrics",
-    "save_plot",
-]
+__all__ = ["MetricsLogger", "ProgressDisplay", "WarningMonitor", "eval_summary", "plot_metrics", "read_metrics", "rollout_metrics", "save_plot"]
 
 NAN = float("nan")
 

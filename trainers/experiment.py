@@ -311,14 +311,7 @@ def _train(train_config: TrainConfig, run: Path, log: Callable[[str], None]) -> 
 
 
 def _evaluate(
-    config: ExperimentConfig,
-    model: Path | None,
-    tasks: Sequence[str],
-    path: Path,
-    *,
-    arm: str,
-    seed: int | None,
-    log: Callable[[str], None],
+    config: ExperimentConfig, model: Path | None, tasks: Sequence[str], path: Path, *, arm: str, seed: int | None, log: Callable[[str], None]
 ) -> None:
     """Play every evaluation task ``trials`` times with ``model``; one JSON line per episode in ``path``."""
     if path.is_file():

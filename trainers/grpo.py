@@ -166,11 +166,7 @@ def loss_normalizer(loss_mask: torch.Tensor, loss_agg: LossAgg = "seq-mean-token
 
 
 def group_advantages(
-    rewards: torch.Tensor | Sequence[float],
-    group_size: int,
-    *,
-    scale_by_std: bool = True,
-    eps: float = 1e-6,
+    rewards: torch.Tensor | Sequence[float], group_size: int, *, scale_by_std: bool = True, eps: float = 1e-6
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Group-relative advantages: each reward minus its group's mean, optionally over its std.
 
@@ -252,11 +248,7 @@ def _token_mean(values: torch.Tensor, num_tokens: int) -> float:
 
 
 def _check_inputs(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor | None,
-    advantages: torch.Tensor,
-    loss_mask: torch.Tensor,
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, ref_logprobs: torch.Tensor | None, advantages: torch.Tensor, loss_mask: torch.Tensor
 ) -> torch.Tensor:
     """Validate shapes and dtypes; return the mask as a bool tensor."""
     if not isinstance(logprobs, torch.Tensor) or logprobs.dim() != 2:

@@ -163,10 +163,7 @@ def make_optimizer(model: torch.nn.Module, optim: OptimSection, total_steps: int
 
 
 def clip_and_step(
-    model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
-    max_grad_norm: float | None,
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, max_grad_norm: float | None
 ) -> dict[str, float]:
     """Clip the accumulated gradient, take the optimiser and schedule steps, zero the gradient.
 
@@ -203,12 +200,7 @@ def shared_prefix_length(batch: TensorBatch) -> int:
 
 
 def token_logprobs(
-    model: torch.nn.Module,
-    batch: TensorBatch,
-    *,
-    temperature: float = 1.0,
-    share_prefix: bool = True,
-    with_entropy: bool = False,
+    model: torch.nn.Module, batch: TensorBatch, *, temperature: float = 1.0, share_prefix: bool = True, with_entropy: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities of the loss tokens under ``model`` (gradients flow when grad is enabled).
 
@@ -239,12 +231,7 @@ def token_logprobs(
         cache.batch_repeat_interleave(rows)
         positions = torch.arange(prefix, width, device=ids.device).expand(rows, -1)
         out = model(
-            input_ids=ids[:, prefix:],
-            attention_mask=attention,
-            position_ids=positions,
-            use_cache=True,
-            logits_to_keep=keep - prefix,
-            **{keyword: cache},
+            input_ids=ids[:, prefix:], attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=keep - prefix, **{keyword: cache}
         )
     else:
         out = model(input_ids=ids, attention_mask=attention, use_cache=False, logits_to_keep=keep)

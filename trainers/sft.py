@@ -30,15 +30,7 @@ from agentgym.rollout import make_policy, read_jsonl, run_episode
 from agentgym.trainers.config import SFTSection
 from agentgym.trainers.modeling import TensorBatch, TrainerError, clip_and_step, token_logprobs
 
-__all__ = [
-    "assistant_text",
-    "demonstration_records",
-    "demonstration_trajectories",
-    "masked_nll",
-    "record_to_trajectory",
-    "sft_batch_indices",
-    "sft_update",
-]
+__all__ = ["assistant_text", "demonstration_records", "demonstration_trajectories", "masked_nll", "record_to_trajectory", "sft_batch_indices", "sft_update"]
 
 
 def assistant_text(message: Mapping[str, Any]) -> str:
@@ -89,14 +81,7 @@ def record_to_trajectory(record: Mapping[str, Any], renderer: ChatRenderer) -> T
 
 
 def demonstration_records(
-    env_id: str,
-    sft: SFTSection,
-    task_ids: Sequence[str],
-    *,
-    split: str,
-    seed: int,
-    max_turns: int | None = None,
-    env_kwargs: Mapping[str, Any] | None = None,
+    env_id: str, sft: SFTSection, task_ids: Sequence[str], *, split: str, seed: int, max_turns: int | None = None, env_kwargs: Mapping[str, Any] | None = None
 ) -> list[dict[str, Any]]:
     """Successful episode records to imitate, for the tasks ``task_ids`` (in that order).
 

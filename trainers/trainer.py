@@ -46,15 +46,7 @@ from agentgym.models.loading import resolve_device
 from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
-from agentgym.trainers.diagnostics import (
-    MetricsLogger,
-    ProgressDisplay,
-    WarningMonitor,
-    eval_summary,
-    plot_metrics,
-    read_metrics,
-    rollout_metrics,
-)
+from agentgym.trainers.diagnostics import MetricsLogger, ProgressDisplay, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
 from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, loss_normalizer, masked_grpo_loss
 from agentgym.trainers.modeling import (
     Reference,
@@ -127,13 +119,7 @@ class TrainResult:
     state: RunState
 
 
-def train(
-    config: TrainConfig,
-    *,
-    resume: bool | str | Path = False,
-    overwrite: bool = False,
-    console: Console | None = None,
-) -> TrainResult:
+def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: bool = False, console: Console | None = None) -> TrainResult:
     """Run (or resume) SFT then GRPO as ``config`` says; write everything to ``config.output_dir``.
 
     Args:

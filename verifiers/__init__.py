@@ -12,30 +12,10 @@ See ``docs/rewards.md``.
 
 from agentgym.verifiers.bounded import BoundedPool, Outcome
 from agentgym.verifiers.compose import Composite, weighted_sum
-from agentgym.verifiers.extract import (
-    AnswerExtractor,
-    Extraction,
-    extract_boxed,
-    extract_final_answer,
-    extract_regex,
-    extract_tagged,
-)
+from agentgym.verifiers.extract import AnswerExtractor, Extraction, extract_boxed, extract_final_answer, extract_regex, extract_tagged
 from agentgym.verifiers.length import linear_length_penalty, overlong_penalty, sigmoid_length_penalty
-from agentgym.verifiers.match import (
-    DEFAULT_EXTRACTOR,
-    exact_match,
-    math_match,
-    math_match_batch,
-    normalized_match,
-    numeric_match,
-)
-from agentgym.verifiers.math_equiv import (
-    MathCheck,
-    MathEquivalence,
-    check_math_equivalence,
-    math_equivalent,
-    math_equivalent_batch,
-)
+from agentgym.verifiers.match import DEFAULT_EXTRACTOR, exact_match, math_match, math_match_batch, normalized_match, numeric_match
+from agentgym.verifiers.math_equiv import MathCheck, MathEquivalence, check_math_equivalence, math_equivalent, math_equivalent_batch
 from agentgym.verifiers.normalize import NumberParseError, ParsedNumber, normalize_text, parse_number
 from agentgym.verifiers.process import ProcessReward
 from agentgym.verifiers.result import RewardResult

@@ -64,26 +64,13 @@ class _Worker:
     def __init__(self, memory_limit_mb: int | None, preload: Sequence[str]) -> None:
         task_read, task_write = os.pipe()
         result_read, result_write = os.pipe()
-        command = [
-            sys.executable,
-            "-m",
-            "agentgym.verifiers._worker",
-            str(task_read),
-            str(result_write),
-            str(memory_limit_mb or 0),
-            *preload,
-        ]
+        command = [sys.executable, "-m", "agentgym.verifiers._worker", str(task_read), str(result_write), str(memory_limit_mb or 0), *preload]
         # One call at a time needs no BLAS threads, and on a many-core host their per-thread
         # buffers would eat into the address-space limit.
         env = os.environ | {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
         try:
             self.process = subprocess.Popen(
-                command,
-                pass_fds=(task_read, result_write),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                close_fds=True,
-                env=env,
+                command, pass_fds=(task_read, result_write), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, close_fds=True, env=env
             )
         finally:
             os.close(task_read)
@@ -162,14 +149,7 @@ class BoundedPool:
         startup_timeout: seconds a fresh worker may take to start.
     """
 
-    def __init__(
-        self,
-        max_workers: int = 2,
-        *,
-        memory_limit_mb: int | None = 2048,
-        preload: Sequence[str] = (),
-        startup_timeout: float = 60.0,
-    ) -> None:
+    def __init__(self, max_workers: int = 2, *, memory_limit_mb: int | None = 2048, preload: Sequence[str] = (), startup_timeout: float = 60.0) -> None:
         if max_workers < 1:
             raise ValueError(f"max_workers must be at least 1, got {max_workers}")
         if os.name != "posix":

@@ -16,13 +16,7 @@ from agentgym.verifiers.result import RewardResult
 __all__ = ["Composite", "weighted_sum"]
 
 
-def weighted_sum(
-    parts: Mapping[str, RewardResult],
-    weights: Mapping[str, float],
-    *,
-    gate: str | None = None,
-    failure_score: float = 0.0,
-) -> RewardResult:
+def weighted_sum(parts: Mapping[str, RewardResult], weights: Mapping[str, float], *, gate: str | None = None, failure_score: float = 0.0) -> RewardResult:
     """Combine named verifier results into one reward.
 
     Args:
@@ -44,12 +38,7 @@ def weighted_sum(
         raise ValueError(f"weighted_sum: gate component {gate!r} has no result")
     components = {name: float(parts[name].score) for name in parts}
     if gate is not None and not _passes(parts[gate]):
-        return RewardResult(
-            score=failure_score,
-            reason=f"gate '{gate}' failed: {parts[gate].reason}",
-            components=components,
-            passed=False,
-        )
+        return RewardResult(score=failure_score, reason=f"gate '{gate}' failed: {parts[gate].reason}", components=components, passed=False)
     total = sum(weights[name] * components[name] for name in weights)
     imperfect = [f"{name}: {parts[name].reason}" for name in weights if components[name] < 1.0 and parts[name].passed is not True and parts[name].reason]
     reason = "; ".join(imperfect) if imperfect else "all components at their maximum"

@@ -21,15 +21,7 @@ from typing import Literal
 
 from agentgym.verifiers.normalize import strip_latex
 
-__all__ = [
-    "MAX_ANSWER_CHARS",
-    "AnswerExtractor",
-    "Extraction",
-    "extract_boxed",
-    "extract_final_answer",
-    "extract_regex",
-    "extract_tagged",
-]
+__all__ = ["MAX_ANSWER_CHARS", "AnswerExtractor", "Extraction", "extract_boxed", "extract_final_answer", "extract_regex", "extract_tagged"]
 
 Strategy = Literal["boxed", "tag", "final_answer", "regex"]
 

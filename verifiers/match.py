@@ -40,12 +40,7 @@ def _extract(response: str, extract: Extractor | None) -> Extraction:
 
 
 def _verdict(matched: bool, reason: str, extraction: Extraction, **details: Any) -> RewardResult:
-    return RewardResult(
-        score=1.0 if matched else 0.0,
-        reason=reason,
-        passed=matched,
-        details=extraction.details() | details,
-    )
+    return RewardResult(score=1.0 if matched else 0.0, reason=reason, passed=matched, details=extraction.details() | details)
 
 
 def _no_answer(extraction: Extraction) -> RewardResult:
@@ -159,13 +154,7 @@ def _reference_number(reference: str | int | float | Fraction | Decimal) -> Pars
         raise ValueError(f"reference {reference!r} is not a number: {exc}") from exc
 
 
-def math_match(
-    response: str,
-    reference: str,
-    *,
-    extract: Extractor | None = DEFAULT_EXTRACTOR,
-    timeout: float = DEFAULT_TIMEOUT,
-) -> RewardResult:
+def math_match(response: str, reference: str, *, extract: Extractor | None = DEFAULT_EXTRACTOR, timeout: float = DEFAULT_TIMEOUT) -> RewardResult:
     """1.0 when the extracted answer is mathematically equivalent to ``reference``.
 
     Uses :func:`~agentgym.verifiers.math_equiv.math_equivalent`: bounded by ``timeout`` seconds
@@ -178,11 +167,7 @@ def math_match(
 
 
 def math_match_batch(
-    responses: Sequence[str],
-    references: Sequence[str],
-    *,
-    extract: Extractor | None = DEFAULT_EXTRACTOR,
-    timeout: float = DEFAULT_TIMEOUT,
+    responses: Sequence[str], references: Sequence[str], *, extract: Extractor | None = DEFAULT_EXTRACTOR, timeout: float = DEFAULT_TIMEOUT
 ) -> list[RewardResult]:
     """:func:`math_match` for a batch (e.g. a GRPO group), compared in parallel worker processes."""
     if len(responses) != len(references):

@@ -175,23 +175,14 @@ class MathEquivalence:
     """
 
     def __init__(
-        self,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        max_workers: int | None = None,
-        memory_limit_mb: int | None = 2048,
-        cache_size: int = 65536,
+        self, *, timeout: float = DEFAULT_TIMEOUT, max_workers: int | None = None, memory_limit_mb: int | None = 2048, cache_size: int = 65536
     ) -> None:
         if importlib.util.find_spec("math_verify") is None:
             raise ImportError("math equivalence needs the math-verify package: pip install 'math-verify>=0.9'")
         if timeout <= 0:
             raise ValueError(f"timeout must be positive, got {timeout}")
         self.timeout = timeout
-        self.pool = BoundedPool(
-            max_workers or max(1, min(4, os.cpu_count() or 1)),
-            memory_limit_mb=memory_limit_mb,
-            preload=(_WORKER_MODULE,),
-        )
+        self.pool = BoundedPool(max_workers or max(1, min(4, os.cpu_count() or 1)), memory_limit_mb=memory_limit_mb, preload=(_WORKER_MODULE,))
         self._cache = _VerdictCache(cache_size)
 
     def check(self, prediction: str, reference: str, *, timeout: float | None = None) -> MathCheck:

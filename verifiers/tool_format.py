@@ -59,10 +59,7 @@ def _score_turn(action: str | Mapping[str, Any], schemas: dict[str, dict[str, An
 
 
 def episode_format_reward(
-    turns: Sequence[Mapping[str, Any]] | Iterable[str | Mapping[str, Any]],
-    tools: ToolSpecs,
-    *,
-    require_tool_call: bool = False,
+    turns: Sequence[Mapping[str, Any]] | Iterable[str | Mapping[str, Any]], tools: ToolSpecs, *, require_tool_call: bool = False
 ) -> RewardResult:
     """Mean :func:`format_reward` over an episode's assistant turns.
 
@@ -81,13 +78,7 @@ def episode_format_reward(
     reason = (
         f"all {len(results)} turns well-formed" if not bad else f"{len(bad)} of {len(results)} turns malformed; turn {bad[0]}: {results[bad[0] - 1].reason}"
     )
-    return RewardResult(
-        sum(r.score for r in results) / len(results),
-        reason,
-        components,
-        passed=not bad,
-        details={"turn_scores": [r.score for r in results]},
-    )
+    return RewardResult(sum(r.score for r in results) / len(results), reason, components, passed=not bad, details={"turn_scores": [r.score for r in results]})
 
 
 def _actions(items: list[Any]) -> list[str | Mapping[str, Any]]:

@@ -28,13 +28,7 @@ from agentgym.models.factory import create_backend
 from agentgym.models.inspection import render_html, render_rich
 from agentgym.models.loading import DEFAULT_MODEL, ModelLoadError, load_model, load_tokenizer, resolve_model_path
 from agentgym.models.openai_compat import OpenAICompatibleBackend
-from agentgym.models.trajectory import (
-    RenderCheck,
-    Segment,
-    Trajectory,
-    TrajectoryBuilder,
-    check_rendering,
-)
+from agentgym.models.trajectory import RenderCheck, Segment, Trajectory, TrajectoryBuilder, check_rendering
 from agentgym.models.vllm_engine import VLLMBackend
 
 if TYPE_CHECKING:

@@ -36,13 +36,7 @@ class TokenBatch:
     truncated: np.ndarray
 
 
-def collate(
-    trajectories: Sequence[Trajectory],
-    *,
-    pad_token_id: int,
-    max_length: int | None = None,
-    mask_truncated: bool = False,
-) -> TokenBatch:
+def collate(trajectories: Sequence[Trajectory], *, pad_token_id: int, max_length: int | None = None, mask_truncated: bool = False) -> TokenBatch:
     """Right-pad ``trajectories`` to the longest one, cutting each to at most ``max_length`` tokens.
 
     Args:

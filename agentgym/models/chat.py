@@ -30,14 +30,7 @@ ROLES = frozenset({"system", "user", "assistant", "tool"})
 _PROBE_USER = "agentgym-probe-user"
 _PROBE_ASSISTANT = "agentgym-probe-assistant"
 _PROBE_TOOL = "agentgym-probe-tool-output"
-_PROBE_SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": "agentgym_probe_tool",
-        "description": "probe",
-        "parameters": {"type": "object", "properties": {}},
-    },
-}
+_PROBE_SCHEMA = {"type": "function", "function": {"name": "agentgym_probe_tool", "description": "probe", "parameters": {"type": "object", "properties": {}}}}
 
 
 class TemplateError(ValueError):
@@ -128,11 +121,7 @@ class ChatRenderer:
         if tools:
             kwargs["tools"] = tools
         text = self.tokenizer.apply_chat_template(
-            list(messages),
-            tokenize=False,
-            add_generation_prompt=add_generation_prompt,
-            chat_template=self.chat_template,
-            **kwargs,
+            list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=self.chat_template, **kwargs
         )
         if not isinstance(text, str):
             raise TemplateError(f"chat template returned {type(text).__name__}, expected text")
@@ -233,11 +222,7 @@ class ChatRenderer:
         Rendered after a fixed neutral exchange and cut right behind its assistant turn: the fallback
         for templates whose rendering of the real conversation is not prefix-stable.
         """
-        base = [
-            {"role": "system", "content": _PROBE_USER},
-            {"role": "user", "content": _PROBE_USER},
-            {"role": "assistant", "content": _PROBE_ASSISTANT},
-        ]
+        base = [{"role": "system", "content": _PROBE_USER}, {"role": "user", "content": _PROBE_USER}, {"role": "assistant", "content": _PROBE_ASSISTANT}]
         full = self.render_text([*base, *new_messages], add_generation_prompt=True)
         anchor = _PROBE_ASSISTANT + self.eot_text
         at = full.find(anchor)

@@ -23,13 +23,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from agentgym.models.backend import (
-    Generation,
-    SamplingParams,
-    decode_visible,
-    per_prompt_params,
-    stop_token_set,
-)
+from agentgym.models.backend import Generation, SamplingParams, decode_visible, per_prompt_params, stop_token_set
 from agentgym.models.engine import KVEngine, cache_keyword, finish_reason, sample_next
 
 __all__ = ["HFBackend", "sample_next"]
@@ -169,14 +163,7 @@ class HFBackend:
         keyword = cache_keyword(self.model)
         cache = None
         while True:
-            output = self.model(
-                input_ids=input_ids,
-                attention_mask=attention,
-                position_ids=positions,
-                use_cache=True,
-                logits_to_keep=1,
-                **{keyword: cache},
-            )
+            output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1, **{keyword: cache})
             cache = getattr(output, keyword)
             ids, lps = sample_next(output.logits[:, -1, :], temperature, top_p, [rows[i].generator for i in active])
             keep: list[int] = []

@@ -18,24 +18,14 @@ from agentgym.models.trajectory import Segment, SegmentKind, Trajectory
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-_RICH_STYLES: dict[SegmentKind, str] = {
-    "prompt": "dim",
-    "sampled": "bold green",
-    "closing": "yellow",
-    "env": "cyan",
-}
+_RICH_STYLES: dict[SegmentKind, str] = {"prompt": "dim", "sampled": "bold green", "closing": "yellow", "env": "cyan"}
 _LEGEND: dict[SegmentKind, str] = {
     "prompt": "prompt (masked)",
     "sampled": "sampled (trained)",
     "closing": "end-of-turn added after a cut-off turn (masked)",
     "env": "environment + template glue (masked)",
 }
-_HTML_COLOURS: dict[SegmentKind, str] = {
-    "prompt": "#e8e8e8",
-    "sampled": "#b7f0c0",
-    "closing": "#ffe08a",
-    "env": "#cfe3ff",
-}
+_HTML_COLOURS: dict[SegmentKind, str] = {"prompt": "#e8e8e8", "sampled": "#b7f0c0", "closing": "#ffe08a", "env": "#cfe3ff"}
 
 
 @dataclass(frozen=True)

@@ -225,10 +225,7 @@ def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:
 
 
 def load_model(
-    name_or_path: str | None = None,
-    *,
-    device: str = "auto",
-    dtype: str | torch.dtype | None = "auto",
+    name_or_path: str | None = None, *, device: str = "auto", dtype: str | torch.dtype | None = "auto"
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load a causal LM and its tokenizer in eval mode.
 

@@ -199,8 +199,5 @@ class OpenAICompatibleBackend:
         if not token_ids:
             raise BackendError("the server returned an empty completion")
         return Generation(
-            token_ids=tuple(token_ids),
-            logprobs=tuple(float(x) for x in logprobs),
-            text=decode_visible(self.tokenizer, token_ids),
-            finish_reason=finish,
+            token_ids=tuple(token_ids), logprobs=tuple(float(x) for x in logprobs), text=decode_visible(self.tokenizer, token_ids), finish_reason=finish
         )

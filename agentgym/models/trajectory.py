@@ -99,11 +99,7 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable form (``segments`` hold the tokens; the flat arrays are derived)."""
-        return {
-            "segments": [asdict(s) for s in self.segments],
-            "messages": [dict(m) for m in self.messages],
-            "prefix_stable": self.prefix_stable,
-        }
+        return {"segments": [asdict(s) for s in self.segments], "messages": [dict(m) for m in self.messages], "prefix_stable": self.prefix_stable}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
@@ -159,13 +155,7 @@ class TrajectoryBuilder:
         on_unstable: what to do when the template is not prefix-stable for the conversation.
     """
 
-    def __init__(
-        self,
-        renderer: ChatRenderer,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        on_unstable: UnstablePolicy = "isolate",
-    ) -> None:
+    def __init__(self, renderer: ChatRenderer, messages: Sequence[Mapping[str, Any]], *, on_unstable: UnstablePolicy = "isolate") -> None:
         if on_unstable not in ("isolate", "raise"):
             raise ValueError(f"on_unstable must be 'isolate' or 'raise', got {on_unstable!r}")
         self.renderer = renderer

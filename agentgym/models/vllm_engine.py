@@ -69,10 +69,7 @@ class VLLMBackend:
                 raise BackendError(f"vLLM finished a completion with {completion.finish_reason!r}")
             generations.append(
                 Generation(
-                    token_ids=tuple(token_ids),
-                    logprobs=tuple(logprobs),
-                    text=decode_visible(self.tokenizer, token_ids),
-                    finish_reason=completion.finish_reason,
+                    token_ids=tuple(token_ids), logprobs=tuple(logprobs), text=decode_visible(self.tokenizer, token_ids), finish_reason=completion.finish_reason
                 )
             )
         return generations

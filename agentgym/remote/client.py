@@ -126,14 +126,7 @@ class RemoteEnv(SessionEnv):
     """
 
     def __init__(
-        self,
-        url: str,
-        env_id: str,
-        env_kwargs: dict[str, Any] | None = None,
-        *,
-        token: str | None = None,
-        timeout_s: float = 120.0,
-        **make_kwargs: Any,
+        self, url: str, env_id: str, env_kwargs: dict[str, Any] | None = None, *, token: str | None = None, timeout_s: float = 120.0, **make_kwargs: Any
     ) -> None:
         self.url, self.env_id, self.timeout_s = url, env_id, timeout_s
         headers = {"Authorization": f"Bearer {token}"} if token else None

@@ -191,13 +191,7 @@ class RayEnv(SessionEnv):
     """
 
     def __init__(
-        self,
-        env_id: str,
-        env_kwargs: dict[str, Any] | None = None,
-        *,
-        pool: RayEnvPool | str = "default",
-        timeout_s: float = 120.0,
-        **make_kwargs: Any,
+        self, env_id: str, env_kwargs: dict[str, Any] | None = None, *, pool: RayEnvPool | str = "default", timeout_s: float = 120.0, **make_kwargs: Any
     ) -> None:
         self.pool = pool if isinstance(pool, RayEnvPool) else RayEnvPool.named(pool)
         self.timeout_s = timeout_s

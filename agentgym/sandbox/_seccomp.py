@@ -33,10 +33,7 @@ import struct
 __all__ = ["compile_filter", "install", "supported"]
 
 # Audit architecture of the native 64-bit ABI, and its system call numbers.
-_ARCH = {
-    "x86_64": 0xC000003E,
-    "aarch64": 0xC00000B7,
-}
+_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _X32_SYSCALL_BIT = 0x40000000  # x86_64 only: x32 ABI calls carry this bit
 _SYSCALLS = {
     "x86_64": {
@@ -278,13 +275,7 @@ def _program(machine: str) -> list[tuple[int, int, int, int]]:
             (_LD_W_ABS, 0, 0, _NR),  # not this call: reload the number for the next check
         ]
     checks = [(_JEQ_K, len(_FCNTL_LOCKS) - i, 0, command) for i, command in enumerate(_FCNTL_LOCKS)]
-    prog += [
-        (_JEQ_K, 0, len(checks) + 3, numbers["fcntl"]),
-        (_LD_W_ABS, 0, 0, _ARG1_LOW),
-        *checks,
-        (_RET_K, 0, 0, _RET_ALLOW),
-        (_RET_K, 0, 0, errno_eperm),
-    ]
+    prog += [(_JEQ_K, 0, len(checks) + 3, numbers["fcntl"]), (_LD_W_ABS, 0, 0, _ARG1_LOW), *checks, (_RET_K, 0, 0, _RET_ALLOW), (_RET_K, 0, 0, errno_eperm)]
     prog.append((_RET_K, 0, 0, _RET_ALLOW))
     return prog
 

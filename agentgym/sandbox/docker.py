@@ -77,10 +77,7 @@ class DockerBackend(Backend):
             "detach": True,
             "network_mode": "none",
             "read_only": True,
-            "tmpfs": {
-                "/workspace": f"size={limits.workspace_bytes},mode=1777",
-                "/tmp": f"size={limits.workspace_bytes},mode=1777",
-            },
+            "tmpfs": {"/workspace": f"size={limits.workspace_bytes},mode=1777", "/tmp": f"size={limits.workspace_bytes},mode=1777"},
             "user": USER,
             "working_dir": "/workspace",
             "environment": {},

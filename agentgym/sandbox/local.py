@@ -271,13 +271,7 @@ def _launch() -> tuple[socket.socket, subprocess.Popen[bytes]]:
     python = os.path.realpath(sys.executable)
     expose, mask = runtime_view(python)
     parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    config = {
-        "control_fd": child.fileno(),
-        "expose": expose,
-        "mask": mask,
-        "staging_dir": _staging_dir(expose),
-        "warm_imports": list(WARM_IMPORTS),
-    }
+    config = {"control_fd": child.fileno(), "expose": expose, "mask": mask, "staging_dir": _staging_dir(expose), "warm_imports": list(WARM_IMPORTS)}
     script = resources.files("agentgym.sandbox") / "_zygote.py"
     env = {"PYTHONHASHSEED": "0", "LANG": "C.UTF-8", "PATH": os.path.dirname(python)}
     proc = subprocess.Popen(

@@ -106,14 +106,7 @@ class Sandbox:
         self.backend = get_backend(backend) if isinstance(backend, str) else backend
         self._workspace: str | None = self.backend.open_workspace(self.limits)
 
-    def run(
-        self,
-        code: str,
-        *,
-        files: Mapping[str, str | bytes] | None = None,
-        stdin: str | bytes = b"",
-        isolated: bool = False,
-    ) -> ExecResult:
+    def run(self, code: str, *, files: Mapping[str, str | bytes] | None = None, stdin: str | bytes = b"", isolated: bool = False) -> ExecResult:
         """Run ``code`` like ``python -c`` in the workspace and wait for it to end.
 
         Args:

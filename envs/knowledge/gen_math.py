@@ -232,13 +232,7 @@ def _task(world: World, template: MathTemplate, walks: list[Walk]) -> dict[str, 
     slots = {f"s{i}": describe_nested(world, w) for i, w in enumerate(walks)}
     question = template.question.format(**slots)
     facts = [
-        {
-            "docs": w.doc_path(world),
-            "titles": w.titles(world),
-            "column": column,
-            "value": v,
-            "display": display_value(column, v),
-        }
+        {"docs": w.doc_path(world), "titles": w.titles(world), "column": column, "value": v, "display": display_value(column, v)}
         for w, (_, _, column), v in zip(fact_walks, template.facts, values, strict=False)
     ]
     return {

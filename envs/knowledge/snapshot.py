@@ -27,16 +27,7 @@ import sqlite_utils
 from agentgym.envs.knowledge.articles import render_articles
 from agentgym.envs.knowledge.world import FOREIGN_KEYS, GENERATOR_VERSION, TABLES, WORLD_SEED, World, generate_world
 
-__all__ = [
-    "CONTENT_HASH",
-    "SnapshotError",
-    "build_snapshot",
-    "cache_dir",
-    "content_hash",
-    "file_sha256",
-    "open_readonly",
-    "snapshot_path",
-]
+__all__ = ["CONTENT_HASH", "SnapshotError", "build_snapshot", "cache_dir", "content_hash", "file_sha256", "open_readonly", "snapshot_path"]
 
 # sha256 of the canonical JSON of the world's rows and articles (tests regenerate and compare).
 CONTENT_HASH = "7562c8aef94877c828c22e6e61cfa7570773555c6ae29a64d07d553baebc7bec"
@@ -95,11 +86,7 @@ def build_snapshot(path: str | Path, world: World | None = None) -> str:
         db.add_foreign_keys(deferred)
         for table in TABLES:
             db[table].insert_all(world.tables[table])
-        db.create_table(
-            "articles",
-            {"doc_id": str, "entity_type": str, "entity_id": int, "title": str, "body": str},
-            pk="doc_id",
-        )
+        db.create_table("articles", {"doc_id": str, "entity_type": str, "entity_id": int, "title": str, "body": str}, pk="doc_id")
         db["articles"].insert_all(articles)
         db["articles"].enable_fts(["title", "body"], fts_version="FTS5", tokenize="porter unicode61")
         db.conn.commit()

@@ -183,13 +183,7 @@ class ReadOnlySQL:
     """
 
     def __init__(
-        self,
-        connection: sqlite3.Connection,
-        *,
-        max_rows: int = 50,
-        max_steps: int = 10_000_000,
-        time_limit_s: float = 2.0,
-        max_query_chars: int = 4_000,
+        self, connection: sqlite3.Connection, *, max_rows: int = 50, max_steps: int = 10_000_000, time_limit_s: float = 2.0, max_query_chars: int = 4_000
     ):
         self.max_rows = max_rows
         self.max_steps = max_steps

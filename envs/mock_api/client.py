@@ -88,13 +88,7 @@ class ApiClient:
         self._http.close()
 
     def request(
-        self,
-        base_url: str,
-        method: str,
-        path: str,
-        query: dict[str, Any] | None = None,
-        body: Any = None,
-        headers: dict[str, str] | None = None,
+        self, base_url: str, method: str, path: str, query: dict[str, Any] | None = None, body: Any = None, headers: dict[str, str] | None = None
     ) -> HttpResult:
         """Send one request below ``base_url``.
 

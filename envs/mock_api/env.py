@@ -203,10 +203,7 @@ class MockApiEnv(ToolEnv):
         self.api_key = world.api_key
         self._finished = False
         self._reported = self._faults_injected = 0
-        return [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": f"{task['instruction']}\n\nAPI key: {world.api_key}"},
-        ]
+        return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": f"{task['instruction']}\n\nAPI key: {world.api_key}"}]
 
     def respond(self, parsed: ParsedAction) -> list[Message]:
         return [{"role": "user", "content": "No tool was called. Use http_request to work on the request, and call finish when it is done."}]
@@ -301,14 +298,12 @@ class MockApiEnv(ToolEnv):
         attempts = len(calls) + self.counts["format_errors"]
         invalid = attempts - sum(c.valid for c in calls)
         format_ = RewardResult(
-            1.0 - invalid / attempts if attempts else 1.0,
-            f"{invalid} of {attempts} calls were malformed or broke the OpenAPI description" if invalid else "",
+            1.0 - invalid / attempts if attempts else 1.0, f"{invalid} of {attempts} calls were malformed or broke the OpenAPI description" if invalid else ""
         )
         clean = [c for c in calls if c.fault is None]
         failed = sum(not 200 <= c.status < 300 for c in clean)
         execution = RewardResult(
-            1.0 - failed / len(clean) if clean else 1.0,
-            f"{failed} of {len(clean)} calls without an injected fault got an error status" if failed else "",
+            1.0 - failed / len(clean) if clean else 1.0, f"{failed} of {len(clean)} calls without an injected fault got an error status" if failed else ""
         )
         problems = state_problems(_pristine_world(self.task["world_seed"]), self.session.world, self.task["expected"])
         completion = RewardResult(0.0 if problems else 1.0, "; ".join(problems) or "task solved", passed=not problems)

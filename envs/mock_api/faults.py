@@ -26,17 +26,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = [
-    "FAULT_KINDS",
-    "LIST_FAULTS",
-    "REFUSALS",
-    "FaultConfig",
-    "FaultDraw",
-    "FaultPlan",
-    "garble",
-    "refusal",
-    "thin_page",
-]
+__all__ = ["FAULT_KINDS", "LIST_FAULTS", "REFUSALS", "FaultConfig", "FaultDraw", "FaultPlan", "garble", "refusal", "thin_page"]
 
 FAULT_KINDS = ("rate_limit", "server_error", "unavailable", "timeout", "malformed_json", "empty_results", "truncated_page")
 # Faults that replace the response before the request is handled (nothing is applied).

@@ -218,14 +218,7 @@ class Helpdesk:
             raise ApiError(409, "ticket_closed", f"ticket {ticket_id} is closed: closed tickets cannot be changed")
         ticket["updated_at"] = timestamp(now)
         return self.world.add(
-            "comments",
-            {
-                "ticket_id": ticket_id,
-                "body": body["body"],
-                "public": body.get("public", True),
-                "author_id": None,
-                "created_at": timestamp(now),
-            },
+            "comments", {"ticket_id": ticket_id, "body": body["body"], "public": body.get("public", True), "author_id": None, "created_at": timestamp(now)}
         )
 
     # --------------------------------------------------------------------- helpers

@@ -90,33 +90,14 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "TokenRequest": _obj(["api_key"], {"api_key": {"type": "string", "minLength": 1, "maxLength": 200}}),
     "Token": _obj(
-        ["access_token", "token_type", "expires_in"],
-        {
-            "access_token": {"type": "string"},
-            "token_type": {"const": "Bearer"},
-            "expires_in": {"type": "integer"},
-        },
+        ["access_token", "token_type", "expires_in"], {"access_token": {"type": "string"}, "token_type": {"const": "Bearer"}, "expires_in": {"type": "integer"}}
     ),
     "Agent": _obj(
-        ["id", "name", "email", "team", "active"],
-        {
-            "id": ID,
-            "name": NAME,
-            "email": EMAIL,
-            "team": {"enum": list(TEAMS)},
-            "active": {"type": "boolean"},
-        },
+        ["id", "name", "email", "team", "active"], {"id": ID, "name": NAME, "email": EMAIL, "team": {"enum": list(TEAMS)}, "active": {"type": "boolean"}}
     ),
     "AgentUpdate": _obj([], {"team": {"enum": list(TEAMS)}, "active": {"type": "boolean"}}, min_properties=1),
     "Customer": _obj(
-        ["id", "name", "email", "tier", "created_at"],
-        {
-            "id": ID,
-            "name": NAME,
-            "email": EMAIL,
-            "tier": {"enum": list(TIERS)},
-            "created_at": TIME,
-        },
+        ["id", "name", "email", "tier", "created_at"], {"id": ID, "name": NAME, "email": EMAIL, "tier": {"enum": list(TIERS)}, "created_at": TIME}
     ),
     "CustomerCreate": _obj(["name", "email"], {"name": NAME, "email": EMAIL, "tier": {"enum": list(TIERS), "default": "free"}}),
     "CustomerUpdate": _obj([], {"name": NAME, "email": EMAIL, "tier": {"enum": list(TIERS)}}, min_properties=1),
@@ -159,22 +140,12 @@ SCHEMAS: dict[str, Schema] = {
     ),
     "BulkTicketUpdate": _obj(
         ["ids", "changes"],
-        {
-            "ids": {"type": "array", "items": ID, "minItems": 1, "maxItems": MAX_PER_PAGE, "uniqueItems": True},
-            "changes": _ref("TicketUpdate"),
-        },
+        {"ids": {"type": "array", "items": ID, "minItems": 1, "maxItems": MAX_PER_PAGE, "uniqueItems": True}, "changes": _ref("TicketUpdate")},
     ),
     "BulkTicketResult": _obj(["updated", "data"], {"updated": {"type": "integer"}, "data": {"type": "array", "items": _ref("Ticket")}}),
     "Comment": _obj(
         ["id", "ticket_id", "body", "public", "author_id", "created_at"],
-        {
-            "id": ID,
-            "ticket_id": ID,
-            "body": {"type": "string"},
-            "public": {"type": "boolean"},
-            "author_id": {"type": ["integer", "null"]},
-            "created_at": TIME,
-        },
+        {"id": ID, "ticket_id": ID, "body": {"type": "string"}, "public": {"type": "boolean"}, "author_id": {"type": ["integer", "null"]}, "created_at": TIME},
     ),
     "CommentCreate": _obj(["body"], {"body": {"type": "string", "minLength": 1, "maxLength": 5000}, "public": {"type": "boolean", "default": True}}),
     "AgentPage": _page("Agent"),

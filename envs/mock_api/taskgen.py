@@ -62,14 +62,7 @@ def _create_ticket(rng: random.Random, world: World) -> Task | None:
         "expected": {
             "created": {
                 "tickets": [
-                    {
-                        "subject": subject,
-                        "requester_email": customer["email"],
-                        "priority": priority,
-                        "status": "new",
-                        "assignee_id": None,
-                        "tags": sorted(tags),
-                    }
+                    {"subject": subject, "requester_email": customer["email"], "priority": priority, "status": "new", "assignee_id": None, "tags": sorted(tags)}
                 ]
             }
         },
@@ -180,10 +173,7 @@ def _handover(rng: random.Random, world: World) -> Task | None:
         "instruction": f"{leaving['name']} is leaving the support team. Reassign all of their new, open and pending tickets to "
         f"{successor['name']}, then deactivate {leaving['name']}'s agent account.",
         "expected": {
-            "updated": {
-                "tickets": {str(t["id"]): {"assignee_id": successor["id"]} for t in queue},
-                "agents": {str(leaving["id"]): {"active": False}},
-            }
+            "updated": {"tickets": {str(t["id"]): {"assignee_id": successor["id"]} for t in queue}, "agents": {str(leaving["id"]): {"active": False}}}
         },
         "min_calls": 5 + _pages(len(queue)),
     }
@@ -277,13 +267,7 @@ def _task(rng: random.Random, index: int, template: str) -> Task:
         drawn = TEMPLATES[template](random.Random(world_seed ^ index), generate_world(world_seed))
         if drawn is not None:
             break
-    return {
-        "task_id": f"mock_api-{index:04d}",
-        "template": template,
-        "difficulty": difficulty_of(drawn["min_calls"]),
-        "world_seed": world_seed,
-        **drawn,
-    }
+    return {"task_id": f"mock_api-{index:04d}", "template": template, "difficulty": difficulty_of(drawn["min_calls"]), "world_seed": world_seed, **drawn}
 
 
 def generate(seed: int = SEED, n_tasks: int = N_TASKS) -> dict[str, list[Task]]:

@@ -14,19 +14,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-__all__ = [
-    "EPOCH",
-    "PRIORITIES",
-    "SPAM_FAMILIES",
-    "STATUSES",
-    "TABLES",
-    "TEAMS",
-    "TIERS",
-    "World",
-    "draw_subject",
-    "generate_world",
-    "timestamp",
-]
+__all__ = ["EPOCH", "PRIORITIES", "SPAM_FAMILIES", "STATUSES", "TABLES", "TEAMS", "TIERS", "World", "draw_subject", "generate_world", "timestamp"]
 
 Record = dict[str, Any]
 

@@ -97,11 +97,7 @@ OUTCOME_WEIGHTS = {
     "deny_refunded": 9,
     "deny_not_delivered": 8,
 }
-CONDITION_PHRASES = {
-    "unopened": "It's still unopened in the box.",
-    "opened": "I opened it, but it's not what I wanted.",
-    "damaged": "It arrived damaged.",
-}
+CONDITION_PHRASES = {"unopened": "It's still unopened in the box.", "opened": "I opened it, but it's not what I wanted.", "damaged": "It arrived damaged."}
 
 
 def generate(seed: int = SEED, n_tasks: int = N_TASKS) -> dict[str, list[dict[str, Any]]]:

@@ -97,8 +97,7 @@ class RetailTools:
         """
         first, last = first_name.lower(), last_name.lower()
         return _first_user(
-            self.db,
-            lambda user: user["name"]["first_name"].lower() == first and user["name"]["last_name"].lower() == last and user["address"]["zip"] == zip,
+            self.db, lambda user: user["name"]["first_name"].lower() == first and user["name"]["last_name"].lower() == last and user["address"]["zip"] == zip
         )
 
     @tool

@@ -202,12 +202,7 @@ def test_hostile_tool_calls_are_refused_clearly(make_env, arguments, message):
 
 
 @pytest.mark.parametrize(
-    "body,status,code",
-    [
-        ('{"api_key": ', 400, "invalid_json"),
-        ("[" * 30000 + "]" * 30000, 400, "invalid_json"),
-        ("y" * 70000, 413, "payload_too_large"),
-    ],
+    "body,status,code", [('{"api_key": ', 400, "invalid_json"), ("[" * 30000 + "]" * 30000, 400, "invalid_json"), ("y" * 70000, 413, "payload_too_large")]
 )
 def test_bad_bodies_get_clear_http_errors(make_env, body, status, code):
     env = make_env(split="val")

@@ -7,15 +7,7 @@ import re
 
 import pytest
 
-from agentgym.models import (
-    BackendError,
-    ChatRenderer,
-    Generation,
-    TrajectoryBuilder,
-    create_backend,
-    render_html,
-    render_rich,
-)
+from agentgym.models import BackendError, ChatRenderer, Generation, TrajectoryBuilder, create_backend, render_html, render_rich
 from agentgym.models.inspection import token_pieces
 
 

@@ -94,21 +94,13 @@ def test_server_sampled_ids_go_into_the_trajectory_verbatim(fake_server, tokeniz
         (500, {"error": {"message": "engine died"}}, "HTTP 500: engine died"),
         (200, {"choices": []}, "one completion choice"),
         (200, {"choices": [{"text": "hi", "finish_reason": "stop", "logprobs": None}]}, "no token ids"),
-        (
-            200,
-            {"choices": [{"token_ids": [5, 2], "finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0]}}]},
-            "1 logprobs for 2 tokens",
-        ),
+        (200, {"choices": [{"token_ids": [5, 2], "finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0]}}]}, "1 logprobs for 2 tokens"),
         (
             200,
             {"choices": [{"token_ids": [5], "prompt_token_ids": [1, 1, 9], "finish_reason": "stop", "logprobs": {"token_logprobs": [-1.0]}}]},
             "changed the prompt token ids",
         ),
-        (
-            200,
-            {"choices": [{"token_ids": [5], "finish_reason": "abort", "logprobs": {"token_logprobs": [-1.0]}}]},
-            "unexpected finish_reason 'abort'",
-        ),
+        (200, {"choices": [{"token_ids": [5], "finish_reason": "abort", "logprobs": {"token_logprobs": [-1.0]}}]}, "unexpected finish_reason 'abort'"),
     ],
 )
 def test_server_failures_are_backend_errors(fake_server, tokenizer, status, body, message) -> None:

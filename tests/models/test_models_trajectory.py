@@ -10,17 +10,7 @@ import numpy as np
 import pytest
 
 import agentgym  # noqa: F401 - registers the environments
-from agentgym.models import (
-    ChatRenderer,
-    Generation,
-    RenderCheck,
-    SamplingParams,
-    TemplateError,
-    Trajectory,
-    TrajectoryBuilder,
-    check_rendering,
-    collate,
-)
+from agentgym.models import ChatRenderer, Generation, RenderCheck, SamplingParams, TemplateError, Trajectory, TrajectoryBuilder, check_rendering, collate
 
 LOOKUP = {
     "name": "lookup_order",

@@ -8,13 +8,7 @@ import statistics
 import pytest
 import torch
 
-from agentgym.trainers.grpo import (
-    LOSS_AGGS,
-    filter_degenerate_groups,
-    group_advantages,
-    loss_normalizer,
-    masked_grpo_loss,
-)
+from agentgym.trainers.grpo import LOSS_AGGS, filter_degenerate_groups, group_advantages, loss_normalizer, masked_grpo_loss
 
 DTYPE = torch.float64
 
@@ -418,13 +412,7 @@ def test_filter_degenerate_groups_keeps_informative_groups():
 
 def good_inputs(batch: int = 3, width: int = 4) -> dict:
     b = random_batch(14, batch=batch, width=width)
-    return {
-        "logprobs": b["logprobs"],
-        "old_logprobs": b["old"],
-        "ref_logprobs": b["ref"],
-        "advantages": b["advantages"],
-        "loss_mask": b["mask"],
-    }
+    return {"logprobs": b["logprobs"], "old_logprobs": b["old"], "ref_logprobs": b["ref"], "advantages": b["advantages"], "loss_mask": b["mask"]}
 
 
 @pytest.mark.parametrize(

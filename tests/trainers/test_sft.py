@@ -15,14 +15,7 @@ from agentgym.parsing import format_tool_call
 from agentgym.rollout import make_policy, run_episode
 from agentgym.trainers.config import OptimSection, SFTSection
 from agentgym.trainers.modeling import TrainerError, make_optimizer
-from agentgym.trainers.sft import (
-    assistant_text,
-    demonstration_records,
-    demonstration_trajectories,
-    record_to_trajectory,
-    sft_batch_indices,
-    sft_update,
-)
+from agentgym.trainers.sft import assistant_text, demonstration_records, demonstration_trajectories, record_to_trajectory, sft_batch_indices, sft_update
 
 
 @pytest.fixture(scope="module")

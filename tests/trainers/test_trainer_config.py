@@ -6,14 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.trainers.config import (
-    ConfigError,
-    TrainConfig,
-    config_to_dict,
-    dump_config,
-    load_config,
-    parse_override,
-)
+from agentgym.trainers.config import ConfigError, TrainConfig, config_to_dict, dump_config, load_config, parse_override
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainers" / "configs"
 

@@ -116,8 +116,7 @@ def part(score, passed=None, reason=""):
 
 def test_composite_gate_overrides_farmed_points():
     reward = Composite(
-        {"format": (part(1.0), 0.1), "execution": (part(1.0), 0.4), "completion": (part(0.0, False, "wrong refund amount"), 0.5)},
-        gate="completion",
+        {"format": (part(1.0), 0.1), "execution": (part(1.0), 0.4), "completion": (part(0.0, False, "wrong refund amount"), 0.5)}, gate="completion"
     )
     result = reward("episode")
     assert result.score == 0.0 and result.passed is False

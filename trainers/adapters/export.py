@@ -56,13 +56,7 @@ class ExportedEpisode:
 
 
 def episodes(
-    env_id: str,
-    *,
-    split: str = "train",
-    limit: int | None = None,
-    seed: int = 0,
-    env_kwargs: dict[str, Any] | None = None,
-    start_index: int = 0,
+    env_id: str, *, split: str = "train", limit: int | None = None, seed: int = 0, env_kwargs: dict[str, Any] | None = None, start_index: int = 0
 ) -> Iterator[ExportedEpisode]:
     """The tasks of ``env_id``'s ``split`` in the environment's order; task ``i`` is reset with ``seed + i``.
 
@@ -121,13 +115,7 @@ def row_for(fmt: Format, episode: ExportedEpisode) -> dict[str, Any]:
 
 
 def export_rows(
-    fmt: Format,
-    env_ids: str | Sequence[str],
-    *,
-    split: str = "train",
-    limit: int | None = None,
-    seed: int = 0,
-    env_kwargs: dict[str, Any] | None = None,
+    fmt: Format, env_ids: str | Sequence[str], *, split: str = "train", limit: int | None = None, seed: int = 0, env_kwargs: dict[str, Any] | None = None
 ) -> list[dict[str, Any]]:
     """Rows of one or more environments' ``split`` in format ``fmt`` (``limit`` applies per environment)."""
     if fmt not in FORMATS:
@@ -167,8 +155,7 @@ def write_rows(rows: Sequence[dict[str, Any]], path: str | Path) -> Path:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line: ``python -m agentgym.trainers.adapters.export FORMAT ENV_ID... --out PATH``."""
     parser = argparse.ArgumentParser(
-        prog="python -m agentgym.trainers.adapters.export",
-        description="Write an agentgym task split as a trainer's prompt dataset (Parquet or JSON lines).",
+        prog="python -m agentgym.trainers.adapters.export", description="Write an agentgym task split as a trainer's prompt dataset (Parquet or JSON lines)."
     )
     parser.add_argument("format", choices=FORMATS)
     parser.add_argument("env_ids", nargs="+", metavar="ENV_ID", help="registered environment ids, e.g. agentgym/Refund-v0")

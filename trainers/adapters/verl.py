@@ -47,12 +47,7 @@ class AgentGymAgentLoop(AgentLoopBase):
     """
 
     def __init__(
-        self,
-        *args: Any,
-        tool_mode: ToolMode = "auto",
-        template_kwargs: Mapping[str, Any] | None = None,
-        pool: EnvPool | None = None,
-        **kwargs: Any,
+        self, *args: Any, tool_mode: ToolMode = "auto", template_kwargs: Mapping[str, Any] | None = None, pool: EnvPool | None = None, **kwargs: Any
     ) -> None:
         kwargs.pop("tools", None)  # verl's tool list: agentgym tools live in the environment
         super().__init__(*args, **kwargs)
@@ -85,9 +80,7 @@ class AgentGymAgentLoop(AgentLoopBase):
             while episode.wants_generation:
                 with simple_timer("generate_sequences", metrics):
                     output = await self.server_manager.generate(
-                        request_id=request_id,
-                        prompt_ids=episode.token_ids,
-                        sampling_params={**sampling_params, "max_tokens": episode.room()},
+                        request_id=request_id, prompt_ids=episode.token_ids, sampling_params={**sampling_params, "max_tokens": episode.room()}
                     )
                 logprobs_reported &= output.log_probs is not None
                 content = episode.add_generation(output.token_ids, output.log_probs)
