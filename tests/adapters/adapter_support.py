@@ -18,7 +18,7 @@ import pytest
 
 from agentgym.rollout import assistant_turns, make_policy, run_episode
 from agentgym.trainers.adapters.export import export_rows
-from agentgym.trainers.adapters.spec import EnvSpec
+from agentgym.trainers.adapters.spec import EpisodeSpec
 
 CHATML_TEMPLATE = Path(__file__).with_name("chatml_tools.jinja")
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
@@ -46,7 +46,7 @@ def _corpus() -> list[str]:
     texts = [json.dumps(env.unwrapped.tools)]
     for row in export_rows("openrlhf", REFUND, limit=20):
         texts.extend(m["content"] for m in row["prompt"])
-        texts.extend(oracle_turns(EnvSpec.from_json(row["label"])))
+        texts.extend(oracle_turns(EpisodeSpec.from_json(row["label"])))
     env.close()
     return texts
 
@@ -87,7 +87,7 @@ def build_tiny_model(out_dir: Path, chat_template: str) -> Path:
     return out_dir
 
 
-def oracle_record(spec: EnvSpec) -> dict[str, Any]:
+def oracle_record(spec: EpisodeSpec) -> dict[str, Any]:
     """The episode record of the oracle playing ``spec``'s episode (it solves every Refund task)."""
     env = spec.make()
     try:
@@ -96,12 +96,12 @@ def oracle_record(spec: EnvSpec) -> dict[str, Any]:
         env.close()
 
 
-def oracle_turns(spec: EnvSpec) -> list[str]:
+def oracle_turns(spec: EpisodeSpec) -> list[str]:
     """The oracle's assistant turns (text) for ``spec``'s episode."""
     return [str(t) for t in assistant_turns(oracle_record(spec))]
 
 
-def rendered_conversation(tokenizer: Any, spec: EnvSpec) -> str:
+def rendered_conversation(tokenizer: Any, spec: EpisodeSpec) -> str:
     """The chat template's rendering of the oracle's whole episode, tools included, ending at the
     last end-of-turn token: what a trainer's token sequence must decode to."""
     env = spec.make()

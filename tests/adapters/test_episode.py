@@ -10,14 +10,14 @@ from adapter_support import REFUND, ScriptedEngine, oracle_turns, rendered_conve
 from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.pool import EnvPool
-from agentgym.trainers.adapters.spec import EnvSpec
+from agentgym.trainers.adapters.spec import EpisodeSpec
 
 
-def _spec(index: int = 0) -> EnvSpec:
-    return EnvSpec.from_json(export_rows("openrlhf", REFUND, split="val", limit=index + 1)[index]["label"])
+def _spec(index: int = 0) -> EpisodeSpec:
+    return EpisodeSpec.from_json(export_rows("openrlhf", REFUND, split="val", limit=index + 1)[index]["label"])
 
 
-def _start(spec: EnvSpec, tokenizer: Any, response_budget: int | None = None, **settings: Any) -> TokenEpisode:
+def _start(spec: EpisodeSpec, tokenizer: Any, response_budget: int | None = None, **settings: Any) -> TokenEpisode:
     env = spec.make()
     opening, _ = spec.reset(env)
     rollout = RolloutSettings(**{"max_new_tokens": 4096, **settings})
@@ -98,11 +98,11 @@ def test_a_turn_the_budget_cut_is_closed_but_not_trained(tiny_tokenizer: Any) ->
 
 def test_pool_reuses_environments_per_make_key() -> None:
     pool = EnvPool(max_idle=1)
-    spec = EnvSpec(env_id=REFUND, task_id="refund-0000")
-    other = EnvSpec(env_id=REFUND, task_id="refund-0001", env_kwargs={"max_turns": 3})
+    spec = EpisodeSpec(env_id=REFUND, task_id="refund-0000")
+    other = EpisodeSpec(env_id=REFUND, task_id="refund-0001", env_kwargs={"max_turns": 3})
     with pool.lease(spec) as env:
         assert pool.idle(spec) == 0
-    assert pool.idle(spec) == 1 and pool.acquire(EnvSpec(env_id=REFUND, task_id="refund-0002")) is env
+    assert pool.idle(spec) == 1 and pool.acquire(EpisodeSpec(env_id=REFUND, task_id="refund-0002")) is env
     assert pool.acquire(other) is not env  # other make() arguments need their own environment
     pool.release(spec, env)
     pool.release(spec, spec.make())  # beyond max_idle: closed, not kept

@@ -12,13 +12,13 @@ from adapter_support import REFUND
 
 from agentgym.trainers.adapters.__main__ import main as adapters_main
 from agentgym.trainers.adapters.export import FORMATS, export_rows, main, write_rows
-from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec, SpecError
+from agentgym.trainers.adapters.spec import SPEC_KEY, EpisodeSpec, SpecError
 
 
 def test_spec_round_trips_and_rebuilds_the_episode() -> None:
-    spec = EnvSpec(env_id=REFUND, task_id="refund-0000", split="train", seed=7, env_kwargs={"max_turns": 5})
-    assert EnvSpec.from_json(spec.to_json()) == spec
-    assert EnvSpec.from_json(spec.to_dict()) == spec
+    spec = EpisodeSpec(env_id=REFUND, task_id="refund-0000", split="train", seed=7, env_kwargs={"max_turns": 5})
+    assert EpisodeSpec.from_json(spec.to_json()) == spec
+    assert EpisodeSpec.from_json(spec.to_dict()) == spec
     env = spec.make()
     first, _ = spec.reset(env)
     again, _ = spec.reset(spec.make())
@@ -40,26 +40,26 @@ def test_spec_round_trips_and_rebuilds_the_episode() -> None:
 )
 def test_bad_specs_fail_with_a_reason(value: str, message: str) -> None:
     with pytest.raises(SpecError, match=message):
-        EnvSpec.from_json(value)
+        EpisodeSpec.from_json(value)
 
 
 def test_spec_is_found_in_a_row_or_its_extra_info() -> None:
-    spec = EnvSpec(env_id=REFUND, task_id="refund-0000")
-    assert EnvSpec.from_row({SPEC_KEY: spec.to_json()}) == spec
-    assert EnvSpec.from_row({"extra_info": {SPEC_KEY: spec.to_json()}}) == spec
+    spec = EpisodeSpec(env_id=REFUND, task_id="refund-0000")
+    assert EpisodeSpec.from_row({SPEC_KEY: spec.to_json()}) == spec
+    assert EpisodeSpec.from_row({"extra_info": {SPEC_KEY: spec.to_json()}}) == spec
     with pytest.raises(SpecError, match="export the dataset"):
-        EnvSpec.from_row({"prompt": "hi"})
+        EpisodeSpec.from_row({"prompt": "hi"})
     with pytest.raises(SpecError, match="unknown environment"):
-        EnvSpec(env_id="agentgym/Nope-v0", task_id="t").make()
+        EpisodeSpec(env_id="agentgym/Nope-v0", task_id="t").make()
 
 
 def test_rows_of_every_format_carry_the_same_episodes() -> None:
     by_format = {fmt: export_rows(fmt, REFUND, split="val", limit=3, seed=10) for fmt in FORMATS}
     specs = {
-        "verl": [EnvSpec.from_json(r["extra_info"][SPEC_KEY]) for r in by_format["verl"]],
-        "openrlhf": [EnvSpec.from_json(r["label"]) for r in by_format["openrlhf"]],
-        "trl": [EnvSpec.from_json(r[SPEC_KEY]) for r in by_format["trl"]],
-        "trl-rollout": [EnvSpec.from_json(r["prompt"]) for r in by_format["trl-rollout"]],
+        "verl": [EpisodeSpec.from_json(r["extra_info"][SPEC_KEY]) for r in by_format["verl"]],
+        "openrlhf": [EpisodeSpec.from_json(r["label"]) for r in by_format["openrlhf"]],
+        "trl": [EpisodeSpec.from_json(r[SPEC_KEY]) for r in by_format["trl"]],
+        "trl-rollout": [EpisodeSpec.from_json(r["prompt"]) for r in by_format["trl-rollout"]],
     }
     assert all(s == specs["verl"] for s in specs.values())
     assert [s.seed for s in specs["verl"]] == [10, 11, 12]
@@ -95,7 +95,7 @@ def test_export_command_line(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     out = tmp_path / "o.jsonl"
     assert main(["openrlhf", REFUND, "--split", "val", "--limit", "2", "--env-kwargs", '{"max_turns": 9}', "--out", str(out)]) == 0
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-    assert len(rows) == 2 and EnvSpec.from_json(rows[0]["label"]).env_kwargs == {"max_turns": 9}
+    assert len(rows) == 2 and EpisodeSpec.from_json(rows[0]["label"]).env_kwargs == {"max_turns": 9}
     for argv, message in [
         (["verl", "agentgym/Nope-v0", "--out", str(tmp_path / "x.parquet")], "unknown environment"),
         (["verl", REFUND, "--env-kwargs", '{"bogus": 1}', "--out", str(tmp_path / "x.parquet")], "bogus"),

@@ -29,7 +29,7 @@ from openrlhf.utils.agent import AgentExecutorBase, MultiTurnAgentExecutor  # no
 
 from agentgym.trainers.adapters.export import export_rows  # noqa: E402
 from agentgym.trainers.adapters.pool import EnvPool  # noqa: E402
-from agentgym.trainers.adapters.spec import EnvSpec  # noqa: E402
+from agentgym.trainers.adapters.spec import EpisodeSpec  # noqa: E402
 
 
 class FakeVLLM:
@@ -63,10 +63,10 @@ def adapter_agent_func() -> str:
     return out.stdout.strip()
 
 
-def run_episode(executor: MultiTurnAgentExecutor, tokenizer: Any, max_length: int) -> tuple[dict[str, Any], ScriptedEngine, EnvSpec]:
+def run_episode(executor: MultiTurnAgentExecutor, tokenizer: Any, max_length: int) -> tuple[dict[str, Any], ScriptedEngine, EpisodeSpec]:
     row = export_rows("openrlhf", REFUND, split="val", limit=1)[0]
     prompt, label = preprocess_data(row, input_key="prompt", label_key="label", apply_chat_template=tokenizer.apply_chat_template)
-    spec = EnvSpec.from_json(label)
+    spec = EpisodeSpec.from_json(label)
     engine = ScriptedEngine(tokenizer, oracle_turns(spec))
     sampling_params = SimpleNamespace(max_tokens=None, logprobs=1)  # the fields the executor reads of vLLM's SamplingParams
     result = asyncio.run(executor.execute(prompt, label, sampling_params, max_length, tokenizer, FakeVLLM(engine)))

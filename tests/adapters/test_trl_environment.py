@@ -14,7 +14,7 @@ from adapter_support import REFUND, oracle_turns
 
 from agentgym.parsing import parse_action
 from agentgym.trainers.adapters.export import export_rows
-from agentgym.trainers.adapters.spec import EnvSpec, SpecError
+from agentgym.trainers.adapters.spec import EpisodeSpec, SpecError
 from agentgym.trainers.adapters.trl import TRLEnvironment, environment_class, environment_factories, reward_from_env
 
 
@@ -48,7 +48,7 @@ def test_reset_plays_the_rows_episode_and_the_oracle_solves_it() -> None:
     instance = environment_class(REFUND)()
     for row in rows:  # a pooled instance serves one episode after another
         assert instance.reset(**row) is None
-        spec = EnvSpec.from_json(row["agentgym_spec"])
+        spec = EpisodeSpec.from_json(row["agentgym_spec"])
         for turn in oracle_turns(spec):
             (call,) = parse_action(turn).tool_calls
             answer = getattr(instance, call.name)(**call.arguments)
@@ -77,7 +77,7 @@ def test_rows_that_do_not_fit_are_rejected() -> None:
     with pytest.raises(SpecError, match="exported from another version"):
         instance.reset(**(row | {"prompt": [{"role": "user", "content": "something else"}]}))
     with pytest.raises(SpecError, match="plays 'agentgym/Refund-v0'"):
-        instance.reset(**(row | {"agentgym_spec": EnvSpec(env_id="agentgym/Other-v0", task_id="t").to_json()}))
+        instance.reset(**(row | {"agentgym_spec": EpisodeSpec(env_id="agentgym/Other-v0", task_id="t").to_json()}))
     with pytest.raises(SpecError, match="no 'agentgym_spec'"):
         instance.reset(prompt=row["prompt"])
     with pytest.raises(SpecError, match="unknown environment"):

@@ -25,7 +25,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 from agentgym.trainers.adapters.export import export_rows, write_rows  # noqa: E402
-from agentgym.trainers.adapters.spec import EnvSpec  # noqa: E402
+from agentgym.trainers.adapters.spec import EpisodeSpec  # noqa: E402
 from agentgym.trainers.adapters.verl import AGENT_LOOP_CONFIG, compute_score  # noqa: E402
 
 CONFIG_DIR = Path(verl.__file__).parent / "trainer" / "config"
@@ -66,7 +66,7 @@ def _run_worker(tiny_model_dir: Path, tiny_tokenizer: Any, tmp_path: Path, *, li
     data_file = write_rows(rows, tmp_path / "val.parquet")
     engines: dict[tuple[int, ...], ScriptedEngine] = {}
     for row in rows:
-        spec = EnvSpec.from_json(row["extra_info"]["agentgym_spec"])
+        spec = EpisodeSpec.from_json(row["extra_info"]["agentgym_spec"])
         env = spec.make()
         opening, _ = spec.reset(env)
         prompt = tiny_tokenizer.apply_chat_template(opening, tools=env.unwrapped.tools, add_generation_prompt=True, tokenize=True, return_dict=False)
@@ -105,7 +105,7 @@ def test_agent_loop_worker_plays_episodes_with_exact_masks(tiny_model_dir: Path,
         engine = next(e for e in server.by_request.values() if e.calls[0][0] == prompt)
         assert sampled == engine.sampled, "response_mask must be 1 exactly on the engine's tokens"
         # Every other token is environment text: the sequence is the template's rendering of the episode.
-        spec = EnvSpec.from_json(rows[i]["extra_info"]["agentgym_spec"])
+        spec = EpisodeSpec.from_json(rows[i]["extra_info"]["agentgym_spec"])
         assert tiny_tokenizer.decode(prompt + response, skip_special_tokens=False) == rendered_conversation(tiny_tokenizer, spec)
         rewards = batch["rm_scores"][i][valid]
         assert rewards[-1].item() == 1.0 and rewards[:-1].abs().sum().item() == 0.0

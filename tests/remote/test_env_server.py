@@ -217,12 +217,12 @@ def test_shutdown_ends_every_session_and_closes_its_environment():
 
 
 def test_an_adapter_spec_makes_a_remote_environment(server):
-    from agentgym.trainers.adapters.spec import EnvSpec
+    from agentgym.trainers.adapters.spec import EpisodeSpec
 
     task_id = gym.make("agentgym/SQL-v0", split="val").unwrapped.task_ids[0]
-    spec = EnvSpec(env_id=REMOTE, task_id=task_id, split="val", seed=2, env_kwargs={"url": server.url, "env_id": "agentgym/SQL-v0"})
+    spec = EpisodeSpec(env_id=REMOTE, task_id=task_id, split="val", seed=2, env_kwargs={"url": server.url, "env_id": "agentgym/SQL-v0"})
     env = spec.make()
     observation, _ = spec.reset(env)
-    local = EnvSpec(env_id="agentgym/SQL-v0", task_id=task_id, split="val", seed=2)
+    local = EpisodeSpec(env_id="agentgym/SQL-v0", task_id=task_id, split="val", seed=2)
     assert observation == local.reset(local.make())[0]
     env.close()

@@ -1,6 +1,6 @@
 """Dataset exporters: an agentgym task split as the prompt dataset each trainer reads.
 
-Every row carries the episode spec (:class:`~agentgym.trainers.adapters.spec.EnvSpec`) as one JSON
+Every row carries the episode spec (:class:`~agentgym.trainers.adapters.spec.EpisodeSpec`) as one JSON
 string, plus the episode's opening messages as the ``prompt`` (what the trainers use for length
 filtering and logging; the adapters re-render the real prompt, tools included, from the
 environment). Formats:
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from agentgym.rollout import write_jsonl
-from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec
+from agentgym.trainers.adapters.spec import SPEC_KEY, EpisodeSpec
 
 __all__ = ["FORMATS", "ExportedEpisode", "Format", "episodes", "export_rows", "main", "row_for", "write_rows"]
 
@@ -51,7 +51,7 @@ class ExportedEpisode:
     """
 
     index: int
-    spec: EnvSpec
+    spec: EpisodeSpec
     messages: tuple[dict[str, str], ...]
 
 
@@ -70,12 +70,12 @@ def episodes(
     """
     if limit is not None and limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
-    probe = EnvSpec(env_id=env_id, task_id="-", split=split, env_kwargs=dict(env_kwargs or {}))
+    probe = EpisodeSpec(env_id=env_id, task_id="-", split=split, env_kwargs=dict(env_kwargs or {}))
     env = probe.make()
     try:
         task_ids = env.unwrapped.task_ids
         for offset, task_id in enumerate(task_ids[:limit] if limit else task_ids):
-            spec = EnvSpec(env_id=env_id, task_id=task_id, split=split, seed=seed + offset, env_kwargs=probe.env_kwargs)
+            spec = EpisodeSpec(env_id=env_id, task_id=task_id, split=split, seed=seed + offset, env_kwargs=probe.env_kwargs)
             opening, _ = spec.reset(env)
             yield ExportedEpisode(index=start_index + offset, spec=spec, messages=_plain_messages(opening, env_id))
     finally:

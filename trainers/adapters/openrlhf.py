@@ -33,7 +33,7 @@ from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.models.chat import ToolMode
 from agentgym.trainers.adapters.pool import EnvPool, shared_pool
-from agentgym.trainers.adapters.spec import EnvSpec
+from agentgym.trainers.adapters.spec import EpisodeSpec
 
 __all__ = ["AgentExecutor", "AgentInstance", "make_agent_executor"]
 
@@ -51,13 +51,13 @@ class AgentInstance(AgentInstanceBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._episode: TokenEpisode | None = None
-        self._spec: EnvSpec | None = None
+        self._spec: EpisodeSpec | None = None
 
     async def reset(self, states: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """Start the label's episode; the observation is its prompt, tools included."""
         if self.tokenizer is None:
             raise RuntimeError("AgentInstance has no tokenizer: use the AgentExecutor of this module (or make_agent_executor())")
-        spec = EnvSpec.from_json(states["label"])
+        spec = EpisodeSpec.from_json(states["label"])
         env = await asyncio.to_thread(self.pool.acquire, spec)
         opening, _ = await asyncio.to_thread(spec.reset, env)
         self._spec = spec

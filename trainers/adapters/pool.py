@@ -14,13 +14,13 @@ from contextlib import contextmanager
 
 import gymnasium as gym
 
-from agentgym.trainers.adapters.spec import EnvSpec
+from agentgym.trainers.adapters.spec import EpisodeSpec
 
 __all__ = ["EnvPool", "shared_pool"]
 
 
 class EnvPool:
-    """Idle environments by :attr:`EnvSpec.make_key`, handed out one episode at a time (thread-safe).
+    """Idle environments by :attr:`EpisodeSpec.make_key`, handed out one episode at a time (thread-safe).
 
     Args:
         max_idle: idle environments kept per key; more are closed when returned.
@@ -33,7 +33,7 @@ class EnvPool:
         self._idle: dict[str, list[gym.Env]] = {}
         self._lock = threading.Lock()
 
-    def acquire(self, spec: EnvSpec) -> gym.Env:
+    def acquire(self, spec: EpisodeSpec) -> gym.Env:
         """An environment for ``spec`` that no one else uses until :meth:`release`."""
         with self._lock:
             idle = self._idle.get(spec.make_key)
@@ -41,7 +41,7 @@ class EnvPool:
                 return idle.pop()
         return spec.make()
 
-    def release(self, spec: EnvSpec, env: gym.Env) -> None:
+    def release(self, spec: EpisodeSpec, env: gym.Env) -> None:
         """Give ``env`` (built for ``spec``) back for later episodes."""
         with self._lock:
             idle = self._idle.setdefault(spec.make_key, [])
@@ -50,13 +50,13 @@ class EnvPool:
                 return
         env.close()
 
-    def idle(self, spec: EnvSpec) -> int:
+    def idle(self, spec: EpisodeSpec) -> int:
         """How many idle environments for ``spec`` the pool holds."""
         with self._lock:
             return len(self._idle.get(spec.make_key, ()))
 
     @contextmanager
-    def lease(self, spec: EnvSpec) -> Iterator[gym.Env]:
+    def lease(self, spec: EpisodeSpec) -> Iterator[gym.Env]:
         """``with pool.lease(spec) as env:`` acquire and always release."""
         env = self.acquire(spec)
         try:

@@ -17,7 +17,7 @@ import gymnasium as gym
 import agentgym
 from agentgym.env import SPLITS
 
-__all__ = ["SPEC_KEY", "EnvSpec", "SpecError"]
+__all__ = ["SPEC_KEY", "EpisodeSpec", "SpecError"]
 
 SPEC_KEY = "agentgym_spec"
 """Name of the dataset column (or ``extra_info`` entry) holding the spec's JSON."""
@@ -28,7 +28,7 @@ class SpecError(ValueError):
 
 
 @dataclass(frozen=True)
-class EnvSpec:
+class EpisodeSpec:
     """One episode: environment id, make() arguments, task and reset seed.
 
     Attributes:
@@ -75,7 +75,7 @@ class EnvSpec:
         return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_json(cls, value: str | dict[str, Any]) -> EnvSpec:
+    def from_json(cls, value: str | dict[str, Any]) -> EpisodeSpec:
         """Parse a spec from its JSON string (or the already-decoded dict)."""
         if isinstance(value, str):
             try:
@@ -99,7 +99,7 @@ class EnvSpec:
         )
 
     @classmethod
-    def from_row(cls, row: dict[str, Any], key: str = SPEC_KEY) -> EnvSpec:
+    def from_row(cls, row: dict[str, Any], key: str = SPEC_KEY) -> EpisodeSpec:
         """The spec stored under ``key`` in a dataset row (or in its ``extra_info``)."""
         if key in row:
             return cls.from_json(row[key])

@@ -44,7 +44,7 @@ from agentgym.models.loading import ModelLoadError
 from agentgym.tools import Tool, tools_of
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.pool import EnvPool
-from agentgym.trainers.adapters.spec import EnvSpec, SpecError
+from agentgym.trainers.adapters.spec import EpisodeSpec, SpecError
 
 __all__ = ["RolloutFunction", "TRLEnvironment", "build_parser", "build_trainer", "environment_class", "environment_factories", "main", "reward_from_env"]
 
@@ -72,7 +72,7 @@ class TRLEnvironment:
         Returns ``None``: the row's ``prompt`` already holds the opening messages, which are
         checked against the environment's so that a stale dataset fails loudly.
         """
-        spec = EnvSpec.from_row(row)
+        spec = EpisodeSpec.from_row(row)
         if spec.env_id != self.env_id:
             raise SpecError(f"this environment class plays {self.env_id!r}, but the row is for {spec.env_id!r}")
         if self._env is None or self._env_key != spec.make_key:
@@ -267,13 +267,13 @@ class RolloutFunction:
                 model.train(was_training)
 
 
-def _spec_from_prompt(prompt: Any) -> EnvSpec:
+def _spec_from_prompt(prompt: Any) -> EpisodeSpec:
     if not isinstance(prompt, str):
         raise SpecError(
             "rollout_func prompts must be agentgym episode specs (JSON strings); export the dataset with "
             "`python -m agentgym.trainers.adapters.export trl-rollout ...`"
         )
-    return EnvSpec.from_json(prompt)
+    return EpisodeSpec.from_json(prompt)
 
 
 def _rollout_output(episodes: Sequence[TokenEpisode]) -> dict[str, list[Any]]:

@@ -27,7 +27,7 @@ from verl.utils.profiler import simple_timer
 from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.models.chat import ToolMode
 from agentgym.trainers.adapters.pool import EnvPool, shared_pool
-from agentgym.trainers.adapters.spec import SPEC_KEY, EnvSpec
+from agentgym.trainers.adapters.spec import SPEC_KEY, EpisodeSpec
 
 __all__ = ["AGENT_LOOP_CONFIG", "AgentGymAgentLoop", "compute_score"]
 
@@ -59,7 +59,7 @@ class AgentGymAgentLoop(AgentLoopBase):
 
     async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
         """Play the episode of one dataset row and return it in verl's format."""
-        spec = EnvSpec.from_row(kwargs)
+        spec = EpisodeSpec.from_row(kwargs)
         metrics: dict[str, Any] = {}
         env = await asyncio.to_thread(self.pool.acquire, spec)
         try:
