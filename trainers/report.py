@@ -52,7 +52,7 @@ def render_report(
             as :func:`agentgym.trainers.diagnostics.eval_summary` returns them.
         warnings: the warnings raised during training.
         notes: anything that was skipped (no TensorBoard, no plots).
-        plots: PNG files to link.
+        plots: PNG files, embedded as images.
         best: the best periodic evaluation, ``{"label", "value"}``.
         stopped_early: whether early stopping ended the GRPO phase.
         eval_tasks: the evaluation task ids.
@@ -99,6 +99,8 @@ def render_report(
         lines += ["", "Periodic evaluations: " + ", ".join(f"{label}: success {evaluations[label]['episode/success_rate']:.3f}" for label in periodic)]
     if best is not None:
         lines.append(f"Best periodic evaluation: {best['label']} ({config.eval.metric} {best['value']:.3f}).")
+    if plots:  # the curves, shown where the report is read (relative paths: the run folder moves as a whole)
+        lines += ["", "## Curves", "", *(f"![{p.stem.replace('_', ' ')}](plots/{p.name})" for p in plots)]
     if warnings:
         lines += ["", "## Warnings", "", *(f"- {w}" for w in warnings)]
     if notes:
@@ -112,7 +114,7 @@ def render_report(
         "- `model/`: the trained model (`--model` accepts this folder)" + (", `sft_model/`: the model after SFT" if "sft" in evaluations else ""),
     ]
     if plots:
-        lines += [f"- plots: {', '.join(f'`plots/{p.name}`' for p in plots)}"]
+        lines += ["- `plots/`: the curves above as PNG files"]
     return "\n".join(lines) + "\n"
 
 

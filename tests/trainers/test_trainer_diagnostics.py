@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,14 @@ def test_report_summarises_training_rollouts_over_the_first_and_last_fifth() -> 
         "GRPO training rollouts (temperature 1, 8 episodes a step): success rate 0.250 (steps 1-2) -> 0.750 (steps 9-10), mean reward 0.125 -> 0.375."
     ) in report
     assert "GRPO training rollouts" not in render_report(config, evaluations)
+
+
+def test_report_embeds_the_curves() -> None:
+    from agentgym.trainers.config import load_config
+    from agentgym.trainers.report import render_report
+
+    config = load_config(overrides={"env_id": "agentgym/SQL-v0"})
+    evaluations = {"base": {"episode/success_rate": 0.0, "reward/mean": 0.0}}
+    report = render_report(config, evaluations, plots=[Path("run/plots/grpo_reward.png"), Path("run/plots/sft.png")])
+    assert "![grpo reward](plots/grpo_reward.png)" in report and "![sft](plots/sft.png)" in report
+    assert "## Curves" not in render_report(config, evaluations)
