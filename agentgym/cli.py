@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     _env_arguments(p)
     p.add_argument("--policy", default="oracle", help="scripted policy: oracle, random, do_nothing, or one the env adds")
     p.add_argument("--episodes", type=_positive_int, default=10, help="number of episodes (default 10)")
-    p.add_argument("--out", required=True, help="output JSONL file")
+    p.add_argument("--out", required=True, help="output file: JSON lines, or Parquet when it ends in .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=_rollout)
 
@@ -189,12 +189,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _rollout(args: argparse.Namespace) -> int:
-    from agentgym.rollout import make_policy, rollout, summarize, write_jsonl
+    from agentgym.rollout import make_policy, rollout, summarize, write_records
 
     env = _make(args)  # validates the id, kwargs and policy before the output file is touched
     make_policy(env, args.policy, args.seed)
     env.close()
-    records = write_jsonl(args.out, rollout(args.env, args.policy, episodes=args.episodes, seed=args.seed, split=args.split, env_kwargs=args.env_kwargs))
+    records = write_records(args.out, rollout(args.env, args.policy, episodes=args.episodes, seed=args.seed, split=args.split, env_kwargs=args.env_kwargs))
     summary = {"env": args.env, "policy": args.policy, "split": args.split, **summarize(records), "out": args.out}
     _print_summary(summary, args.json)
     return 0

@@ -50,7 +50,7 @@ def add_eval_commands(commands: Any) -> None:
     p.add_argument("--base-url", help="server API root for --backend openai, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--device", default="auto", help="device for --backend hf: auto, cpu, cuda, cuda:1 ... (default auto)")
     p.add_argument("--env-kwargs", type=_json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
-    p.add_argument("--out", help="write the episodes with their token ids and loss masks to this JSONL file")
+    p.add_argument("--out", help="write the episodes with their token ids and loss masks: JSON lines, or Parquet for .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(run=_eval)
 
@@ -108,7 +108,7 @@ def _eval(args: argparse.Namespace) -> int:
 
     from agentgym.evaluation import evaluate, print_report
     from agentgym.models import DEFAULT_MODEL, BackendError, ModelLoadError
-    from agentgym.rollout import write_jsonl
+    from agentgym.rollout import write_records
     from agentgym.runner import RolloutConfig
 
     clashing = sorted({"split", "max_turns"} & set(args.env_kwargs))
@@ -146,7 +146,7 @@ def _eval(args: argparse.Namespace) -> int:
             raise CLIError(str(exc)) from None
     if args.out:
         tokenizer = args.model or DEFAULT_MODEL
-        write_jsonl(args.out, ({**e.to_dict(), "tokenizer": tokenizer} for e in result.episodes))
+        write_records(args.out, ({**e.to_dict(), "tokenizer": tokenizer} for e in result.episodes))
     summary = {
         "env": args.env,
         "policy": backend.name,

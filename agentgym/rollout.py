@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,19 @@ import numpy as np
 from agentgym.parsing import UNPAIRED_SURROGATE
 from agentgym.policies import Policy, ReplayPolicy
 
-__all__ = ["assistant_turns", "final_info", "make_policy", "read_jsonl", "replay", "rollout", "run_episode", "summarize", "to_json_line", "write_jsonl"]
+__all__ = [
+    "assistant_turns",
+    "final_info",
+    "make_policy",
+    "read_jsonl",
+    "replay",
+    "rollout",
+    "run_episode",
+    "summarize",
+    "to_json_line",
+    "write_jsonl",
+    "write_records",
+]
 
 
 def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> dict[str, Any]:
@@ -140,6 +153,27 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> list[dic
             exc.add_note(f"the {len(written)} records written before the failure are in {partial}")
         raise
     os.replace(partial, path)
+    return written
+
+
+def write_records(path: str | Path, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Write episode records as JSON lines (:func:`write_jsonl`), or as Parquet when ``path`` ends in
+    ``.parquet`` (the ``data`` extra: the same table ``datasets.load_dataset("json", ...)`` reads
+    from the JSON lines). Returns the records."""
+    path = Path(path)
+    if path.suffix != ".parquet":
+        return write_jsonl(path, records)
+    try:
+        import datasets
+    except ImportError:
+        raise ValueError(f"writing {path.name} needs the data extra: pip install 'agentgym[data]'") from None
+    lines = path.with_name(f".{path.name}.jsonl")  # kept if the conversion fails, like a partial file
+    written = write_jsonl(lines, records)
+    partial = path.with_name(f".{path.name}.partial")
+    with tempfile.TemporaryDirectory() as cache:
+        datasets.Dataset.from_json(str(lines), cache_dir=cache).to_parquet(str(partial))
+    os.replace(partial, path)
+    lines.unlink()
     return written
 
 

@@ -34,6 +34,18 @@ def test_trajectories_load_with_datasets(tmp_path):
     assert ds.num_rows == 3 and "messages" in ds.column_names
 
 
+def test_trajectories_export_to_parquet(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    lines, table = tmp_path / "t.jsonl", tmp_path / "t.parquet"
+    for out in (lines, table):
+        assert main(["rollout", "agentgym/SQL-v0", "--policy", "oracle", "--episodes", "4", "--out", str(out), "--json"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl", "t.parquet"]  # no partial file left
+    from_lines = datasets.load_dataset("json", data_files=str(lines), split="train")
+    from_table = datasets.load_dataset("parquet", data_files=str(table), split="train")
+    assert from_table.num_rows == 4 and from_table.to_list() == from_lines.to_list()
+    assert [m["content"] for m in from_table[0]["messages"]] == [m["content"] for m in json.loads(lines.read_text().splitlines()[0])["messages"]]
+
+
 @pytest.mark.parametrize(
     "args, fragment",
     [
