@@ -5,11 +5,11 @@ Linters that flag the import as unused accept ``gym.register_envs(agentgym)`` in
 """
 
 from agentgym.env import ToolEnv
-from agentgym.envs import ENVIRONMENTS, register_envs
+from agentgym.envs import ENVIRONMENTS, make_env, register_envs
 from agentgym.parsing import ParsedAction, ToolCall, parse_action
 from agentgym.tools import Tool, ToolError, tool
 
 __version__ = "0.1.0"
-__all__ = ["ENVIRONMENTS", "ParsedAction", "Tool", "ToolCall", "ToolEnv", "ToolError", "parse_action", "register_envs", "tool"]
+__all__ = ["ENVIRONMENTS", "ParsedAction", "Tool", "ToolCall", "ToolEnv", "ToolError", "make_env", "parse_action", "register_envs", "tool"]
 
 register_envs()

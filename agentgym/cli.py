@@ -119,15 +119,9 @@ def _json_object(text: str) -> dict[str, Any]:
 
 
 def _make(args: argparse.Namespace, **extra: Any) -> gym.Env:
-    import agentgym  # noqa: F401  (registers the environments)
+    from agentgym.envs import make_env
 
-    if args.env not in gym.registry:
-        known = ", ".join(k for k in gym.registry if k.startswith("agentgym/"))
-        raise CLIError(f"unknown environment {args.env!r}; known: {known}")
-    try:
-        return gym.make(args.env, split=args.split, **args.env_kwargs, **extra)
-    except TypeError as exc:  # a wrong --env-kwargs key
-        raise CLIError(f"cannot make {args.env}: {exc}") from None
+    return make_env(args.env, split=args.split, **args.env_kwargs, **extra)
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -13,8 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import gymnasium as gym
-
+from agentgym.envs import make_env
 from agentgym.parsing import format_tool_call, parse_action
 from agentgym.rollout import assistant_turns, make_policy, replay, run_episode
 
@@ -57,7 +56,7 @@ class Scenario:
 
 def build_labelled(env_id: str, scenarios: Sequence[Scenario], *, split: str = "val", per_scenario: int = 3, **env_kwargs: Any) -> list[dict[str, Any]]:
     """Episode records with labels: ``per_scenario`` tasks per scenario, spread over the split."""
-    env = gym.make(env_id, split=split, **env_kwargs)
+    env = make_env(env_id, split=split, **env_kwargs)
     records = []
     try:
         for number, scenario in enumerate(scenarios):

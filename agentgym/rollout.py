@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agentgym.envs import make_env
 from agentgym.parsing import UNPAIRED_SURROGATE
 from agentgym.policies import Policy, ReplayPolicy
 
@@ -77,7 +78,7 @@ def rollout(
     """
     if episodes < 1:
         raise ValueError(f"episodes must be at least 1; got {episodes}")
-    env = gym.make(env_id, split=split, **(env_kwargs or {}))
+    env = make_env(env_id, split=split, **(env_kwargs or {}))
     try:
         task_ids = env.unwrapped.task_ids
         order = np.random.default_rng(seed).permutation(len(task_ids))

@@ -34,6 +34,7 @@ import gymnasium as gym
 import numpy as np
 
 from agentgym.env import SPLITS
+from agentgym.envs import make_env
 from agentgym.episode import RolloutSettings, StopReason, TokenEpisode, turn_seed
 from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
 from agentgym.models.backend import as_streaming
@@ -221,15 +222,8 @@ class _Live:
 
 
 def _make_env(config: RolloutConfig) -> gym.Env:
-    # Importing agentgym.env (above) ran agentgym/__init__, which registered the environments.
-    if config.env_id not in gym.registry:
-        known = ", ".join(k for k in gym.registry if k.startswith("agentgym/"))
-        raise ValueError(f"unknown environment {config.env_id!r}; known: {known}")
     extra = {} if config.max_turns is None else {"max_turns": config.max_turns}
-    try:
-        return gym.make(config.env_id, split=config.split, **config.env_kwargs, **extra)
-    except TypeError as exc:  # a wrong env_kwargs key
-        raise ValueError(f"cannot make {config.env_id}: {exc}") from None
+    return make_env(config.env_id, split=config.split, **config.env_kwargs, **extra)
 
 
 def _plan(config: RolloutConfig, available: Sequence[str]) -> list[_Planned]:

@@ -22,8 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import gymnasium as gym
-
+from agentgym.envs import make_env
 from agentgym.verifiers.result import RewardResult
 
 __all__ = ["RewardFn", "ValidationReport", "env_reward", "load_reward", "validate"]
@@ -92,7 +91,7 @@ def env_reward(record: dict[str, Any]) -> RewardResult:
     import agentgym  # noqa: F401  (registers the environments)
     from agentgym.rollout import replay
 
-    env = gym.make(record["env_id"], **record.get("env_kwargs", {"split": record["split"]}))
+    env = make_env(record["env_id"], **record.get("env_kwargs", {"split": record["split"]}))
     try:
         result = replay(env, record)
     finally:

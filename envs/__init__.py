@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 
 # id -> (entry point, one-line description)
@@ -27,6 +29,24 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = {
 
 # Clients of environments held elsewhere (``agentgym serve``, a Ray actor pool); not environments of their own.
 CLIENTS = {"agentgym/Remote-v0": "agentgym.remote.client:RemoteEnv", "agentgym/Ray-v0": "agentgym.remote.ray_pool:RayEnv"}
+
+
+def make_env(env_id: str, /, **kwargs: Any) -> gym.Env:
+    """``gym.make`` for an agentgym id, with one clear error for what cannot be made.
+
+    Raises:
+        ValueError: ``unknown environment ...; known: ...`` for an id that is not registered, and
+            ``cannot make ID: ...`` when the environment refuses its arguments (a wrong keyword,
+            an unknown split).
+    """
+    register_envs()
+    if env_id not in gym.registry:
+        known = ", ".join(k for k in gym.registry if k.startswith("agentgym/"))
+        raise ValueError(f"unknown environment {env_id!r}; known: {known}")
+    try:
+        return gym.make(env_id, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"cannot make {env_id}: {exc}") from None
 
 
 def register_envs() -> None:

@@ -44,10 +44,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 from pydantic import ConfigDict, TypeAdapter, ValidationError
 
+from agentgym.envs import make_env
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollout import final_info, read_jsonl, write_jsonl
 from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
@@ -231,7 +231,7 @@ def _pick(env_id: str, pick: TaskPick, seed: int, *, exclude: Sequence[str]) -> 
     """The tasks ``pick`` names, minus ``exclude``, in a seeded order (at most ``count``)."""
     chosen: list[str] = []
     for split in pick.splits:
-        env = gym.make(env_id, split=split)
+        env = make_env(env_id, split=split)
         try:
             for task in env.unwrapped.tasks:
                 if pick.task_ids is not None and task["task_id"] not in pick.task_ids:

@@ -20,10 +20,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 import numpy as np
 import torch
 
+from agentgym.envs import make_env
 from agentgym.models import ChatRenderer, Generation, Trajectory, TrajectoryBuilder, collate
 from agentgym.parsing import format_tool_call
 from agentgym.rollout import make_policy, read_jsonl, run_episode
@@ -95,7 +95,7 @@ def demonstration_records(
     wanted = set(task_ids)
     if sft.source == "oracle":
         extra = {} if max_turns is None else {"max_turns": max_turns}
-        env = gym.make(env_id, split=split, **dict(env_kwargs or {}), **extra)
+        env = make_env(env_id, split=split, **dict(env_kwargs or {}), **extra)
         try:
             if "oracle" not in env.unwrapped.policies():
                 raise TrainerError(f"{env_id} has no oracle policy; set sft.source to a JSONL file of episode records")

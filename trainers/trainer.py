@@ -551,16 +551,13 @@ def _pad_id(tokenizer: Any) -> int:
 
 
 def _make_env(config: TrainConfig, split: str) -> gym.Env:
-    import agentgym  # noqa: F401 - registers the environments
+    from agentgym.envs import make_env
 
-    if config.env_id not in gym.registry:
-        known = ", ".join(k for k in gym.registry if k.startswith("agentgym/"))
-        raise TrainerError(f"unknown environment {config.env_id!r}; known: {known}")
     extra = {} if config.rollout.max_turns is None else {"max_turns": config.rollout.max_turns}
     try:
-        return gym.make(config.env_id, split=split, **config.rollout.env_kwargs, **extra)
-    except (TypeError, ValueError) as exc:
-        raise TrainerError(f"cannot make {config.env_id}: {exc}") from None
+        return make_env(config.env_id, split=split, **config.rollout.env_kwargs, **extra)
+    except ValueError as exc:
+        raise TrainerError(str(exc)) from None
 
 
 def _env_facts(config: TrainConfig, split: str) -> tuple[list[str], list[dict[str, Any]], int]:

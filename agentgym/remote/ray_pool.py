@@ -28,7 +28,7 @@ from typing import Any
 import gymnasium as gym
 
 from agentgym.remote.client import RemoteEnvError, SessionEnv
-from agentgym.remote.session import CLIENT_ENV_IDS, answer, error_reply, hello, make_env
+from agentgym.remote.session import CLIENT_ENV_IDS, answer, environment_for, error_reply, hello
 
 __all__ = ["EnvActor", "RayEnv", "RayEnvPool"]
 
@@ -46,7 +46,7 @@ class EnvActor:
 
     def make(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
         try:
-            env = make_env(request, self.allowed_envs)
+            env = environment_for(request, self.allowed_envs)
             self.envs[session_id] = env
             return hello(session_id, request["env_id"], env)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply

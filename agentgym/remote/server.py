@@ -37,7 +37,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from agentgym.remote.protocol import MAX_MESSAGE_BYTES, OPS, PROTOCOL, ProtocolError, dumps, loads
-from agentgym.remote.session import CLIENT_ENV_IDS, ServerFull, answer, error_reply, hello, make_env
+from agentgym.remote.session import CLIENT_ENV_IDS, ServerFull, answer, environment_for, error_reply, hello
 
 __all__ = ["EnvServer", "Metrics"]
 _LATENCY_WINDOW = 4096  # step latencies kept for the percentiles
@@ -297,7 +297,7 @@ class EnvServer:
     async def _make(self, request: dict[str, Any]) -> tuple[str, gym.Env]:
         if len(self._sessions) >= self.max_sessions:
             raise ServerFull(f"the server holds its maximum of {self.max_sessions} sessions; try again later")
-        env = await self._call(lambda: make_env(request, self.allowed_envs))
+        env = await self._call(lambda: environment_for(request, self.allowed_envs))
         session_id = f"s{next(self._ids)}"
         self._sessions[session_id] = env
         self._sessions_total += 1

@@ -1,8 +1,9 @@
 """What a session does with its environment, whatever carries the requests (WebSocket or Ray).
 
-:func:`open_session` makes the environment and answers ``make``; :func:`answer` answers every
-other request of :mod:`agentgym.remote.protocol` (``close`` excepted, which the transport
-handles); :func:`error_reply` turns an exception into the protocol's error reply.
+:func:`environment_for` makes the environment a ``make`` request asks for and :func:`hello`
+answers it; :func:`answer` answers every other request of :mod:`agentgym.remote.protocol`
+(``close`` excepted, which the transport handles); :func:`error_reply` turns an exception into
+the protocol's error reply.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from typing import Any
 
 import gymnasium as gym
 
+from agentgym.envs import make_env
 from agentgym.remote.protocol import ERROR_TYPES, PROTOCOL, ProtocolError
 
-__all__ = ["CLIENT_ENV_IDS", "ServerFull", "answer", "error_reply", "hello", "make_env"]
+__all__ = ["CLIENT_ENV_IDS", "ServerFull", "answer", "environment_for", "error_reply", "hello"]
 
 # Client environments of sessions held elsewhere: never served themselves.
 CLIENT_ENV_IDS = ("agentgym/Remote-v0", "agentgym/Ray-v0")
@@ -24,14 +26,14 @@ class ServerFull(Exception):
     """No room for another session."""
 
 
-def make_env(request: dict[str, Any], allowed_envs: list[str]) -> gym.Env:
+def environment_for(request: dict[str, Any], allowed_envs: list[str]) -> gym.Env:
     """The environment a ``make`` request asks for, if it is allowed."""
     env_id, kwargs = request.get("env_id"), request.get("kwargs", {})
     if env_id not in allowed_envs:
         raise ValueError(f"unknown or disallowed environment {env_id!r}; offered: {', '.join(allowed_envs)}")
     if not isinstance(kwargs, dict):
         raise ProtocolError("'kwargs' must be a JSON object")
-    return gym.make(env_id, **kwargs)
+    return make_env(env_id, **kwargs)
 
 
 def hello(session_id: str, env_id: str, env: gym.Env) -> dict[str, Any]:

@@ -112,9 +112,10 @@ class EpisodeSpec:
 
     def make(self) -> gym.Env:
         """Build the environment (``gym.make(env_id, split=..., **env_kwargs)``)."""
-        if self.env_id not in gym.registry:
-            raise SpecError(f"unknown environment {self.env_id!r}; registered agentgym environments: {', '.join(sorted(agentgym.ENVIRONMENTS))}")
-        return gym.make(self.env_id, split=self.split, **self.env_kwargs)
+        try:
+            return agentgym.make_env(self.env_id, split=self.split, **self.env_kwargs)
+        except ValueError as exc:
+            raise SpecError(str(exc)) from None
 
     def reset(self, env: gym.Env) -> tuple[list[dict[str, Any]], dict[str, Any]]:
         """Start this spec's episode in ``env`` and return the opening messages and ``info``."""
