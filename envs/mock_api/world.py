@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from agentgym.envs.names import FIRST_NAMES, LAST_NAMES
+
 __all__ = ["EPOCH", "PRIORITIES", "SPAM_FAMILIES", "STATUSES", "TABLES", "TEAMS", "TIERS", "World", "draw_subject", "generate_world", "timestamp"]
 
 Record = dict[str, Any]
@@ -39,50 +41,6 @@ AGENT_NAMES = [
     "Hannah Kowalski",
     "Rafael Souza",
     "Ingrid Larsen",
-]
-FIRST_NAMES = [
-    "Ada",
-    "Bruno",
-    "Chiara",
-    "Dmitri",
-    "Esme",
-    "Farid",
-    "Greta",
-    "Hiro",
-    "Ines",
-    "Jonas",
-    "Kalani",
-    "Lior",
-    "Mireille",
-    "Nnamdi",
-    "Oksana",
-    "Pavel",
-    "Quinn",
-    "Rosalind",
-    "Sefa",
-    "Tomasz",
-    "Ulla",
-    "Viggo",
-    "Wren",
-    "Yusra",
-]
-LAST_NAMES = [
-    "Abernathy",
-    "Bellweather",
-    "Castellano",
-    "Drummond",
-    "Eskildsen",
-    "Fairbanks",
-    "Gallardo",
-    "Halloran",
-    "Ibarra",
-    "Jablonski",
-    "Kettering",
-    "Lindqvist",
-    "Marchetti",
-    "Nakashima",
-    "Okonkwo",
-    "Pemberton",
 ]
 COMPANIES = ["acme.io", "globex.com", "initech.net", "umbrella.org", "hooli.dev", "vandelay.biz", "stark.co", "wonka.shop"]
 

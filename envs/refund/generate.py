@@ -18,56 +18,13 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from agentgym.envs.names import FIRST_NAMES, LAST_NAMES
 from agentgym.envs.refund.rules import DAMAGED_ON_ARRIVAL_DAYS, RESTOCKING_FEE, RETURN_WINDOW_DAYS, TODAY, money
 
 SEED = 20250615
 N_TASKS = 600
 SPLIT_SHARES = (("train", 0.70), ("val", 0.15), ("test", 0.15))
 
-FIRST_NAMES = [
-    "Ada",
-    "Bruno",
-    "Chiara",
-    "Dmitri",
-    "Esme",
-    "Farid",
-    "Greta",
-    "Hiro",
-    "Ines",
-    "Jonas",
-    "Kalani",
-    "Lior",
-    "Mireille",
-    "Nnamdi",
-    "Oksana",
-    "Pavel",
-    "Quinn",
-    "Rosalind",
-    "Sefa",
-    "Tomasz",
-    "Ulla",
-    "Viggo",
-    "Wren",
-    "Yusra",
-]
-LAST_NAMES = [
-    "Abernathy",
-    "Bellweather",
-    "Castellano",
-    "Drummond",
-    "Eskildsen",
-    "Fairbanks",
-    "Gallardo",
-    "Halloran",
-    "Ibarra",
-    "Jablonski",
-    "Kettering",
-    "Lindqvist",
-    "Marchetti",
-    "Nakashima",
-    "Okonkwo",
-    "Pemberton",
-]
 CATALOGUE = {
     "electronics": [
         ("Wireless Earbuds", 59, 189),
