@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 import time
 from dataclasses import dataclass
 
@@ -49,6 +50,8 @@ class Cgroups:
         self.pool_size = pool_size
         self.version, self._bases = _detect()
         self._names = itertools.count(1)
+        # Workspaces open and close from many threads (and from finalizers): one lock for the lists.
+        self._lock = threading.Lock()
         self._idle: list[GroupHandle] = []
         # Groups left by a host process that was killed before it could remove them.
         self._stale: list[str] = [
@@ -67,15 +70,17 @@ class Cgroups:
         """A group with ``limits``' totals and no process in it; None when cgroups are inactive."""
         if not self.active:
             return None
-        self.sweep()
-        handle = self._take_idle() or self._make()
+        with self._lock:
+            self._sweep()
+            handle = self._take_idle() or self._make()
         try:
             for folder, controller in zip(handle.folders, self._bases, strict=True):
                 for name, value in _settings(self.version, controller, limits):
                     _write(os.path.join(folder, name), value)
                 handle.procs_fds.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
         except OSError:
-            self._discard(handle)
+            with self._lock:
+                self._discard(handle)
             raise
         return handle
 
@@ -84,23 +89,24 @@ class Cgroups:
         for fd in handle.procs_fds:  # an idle group holds no descriptor
             os.close(fd)
         handle.procs_fds.clear()
-        if len(self._idle) < self.pool_size:
-            self._idle.append(handle)
-        else:
-            self._discard(handle)
+        with self._lock:
+            if len(self._idle) < self.pool_size:
+                self._idle.append(handle)
+            else:
+                self._discard(handle)
 
     def close(self, timeout: float = 2.0) -> None:
         """Remove every group (after the fork server has exited), waiting for their last processes."""
-        while self._idle:
-            self._discard(self._idle.pop())
         deadline = time.monotonic() + timeout
-        self.sweep()
-        while self._stale and time.monotonic() < deadline:
-            time.sleep(0.01)
-            self.sweep()
+        with self._lock:
+            while self._idle:
+                self._discard(self._idle.pop())
+            while self._stale and time.monotonic() < deadline:
+                time.sleep(0.01)
+                self._sweep()
 
-    def sweep(self) -> None:
-        """Remove the folders of discarded groups whose last process has exited."""
+    def _sweep(self) -> None:
+        """Remove the folders of discarded groups whose last process has exited (holding the lock)."""
         left = []
         for folder in self._stale:
             try:
@@ -135,7 +141,7 @@ class Cgroups:
             os.close(fd)
         handle.procs_fds.clear()
         self._stale.extend(handle.folders)
-        self.sweep()
+        self._sweep()
 
 
 _instances = itertools.count(1)  # several backends in one process each get their own names

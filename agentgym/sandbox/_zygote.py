@@ -45,10 +45,6 @@ SANDBOX_UID = 1000  # the uid code runs as, inside its own user namespace
 WORKSPACES = "/.ws"  # where the server mounts episode workspaces (hidden from runs)
 DEVICES = ("null", "zero", "full", "random", "urandom")
 MAX_MESSAGE = 1 << 16
-# Namespaces one episode's runs share (made when its workspace opens): they hold nothing a run
-# could not already pass to another run of the same episode through the shared workspace, and
-# a network namespace costs more to make and destroy than the rest of a run's isolation.
-EPISODE_NAMESPACES = {"net": 0x40000000, "ipc": 0x08000000, "uts": 0x04000000}
 
 
 def _load_sibling(name: str) -> ModuleType:
@@ -66,6 +62,11 @@ bootstrap = _load_sibling("_bootstrap")
 seccomp = _load_sibling("_seccomp")
 # The grading programs, compiled once here rather than in every grading run (see grading._program).
 _load_sibling("_harness")
+
+# Namespaces one episode's runs share (made when its workspace opens): they hold nothing a run
+# could not already pass to another run of the same episode through the shared workspace, and
+# a network namespace costs more to make and destroy than the rest of a run's isolation.
+EPISODE_NAMESPACES = {"net": linux.CLONE_NEWNET, "ipc": linux.CLONE_NEWIPC, "uts": linux.CLONE_NEWUTS}
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:

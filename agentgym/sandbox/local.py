@@ -334,8 +334,8 @@ def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgrou
     if proc.stderr is not None:
         proc.stderr.close()
     if cgroups is not None:
-        for workspace in list(groups or {}):
-            cgroups.release(groups.pop(workspace))  # type: ignore[union-attr]
+        for group in (groups or {}).values():
+            cgroups.release(group)
         cgroups.close()
 
 

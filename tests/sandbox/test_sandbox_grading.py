@@ -285,3 +285,11 @@ def test_exceptions_keep_their_identity_across_the_sandbox(grader):
     # Function tests accept a subclass of the expected exception, as except would.
     mean_tests = FunctionTests("mean", cases([(([],), ValueError)]))
     assert grader.grade("import statistics\ndef mean(xs):\n    return statistics.mean(xs)\n", mean_tests).score == 1.0
+
+
+def test_the_fork_server_has_the_grading_harness_loaded_under_the_graders_name(sandbox):
+    # Grading programs use the fork server's copy instead of compiling the harness in every run;
+    # a name that drifted would silently fall back to the slow path.
+    from agentgym.sandbox.grading import _HARNESS_MODULE
+
+    assert sandbox.run(f"import sys; print({_HARNESS_MODULE!r} in sys.modules)").stdout == "True\n"
