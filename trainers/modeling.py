@@ -204,9 +204,9 @@ def token_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probabilities of the loss tokens under ``model`` (gradients flow when grad is enabled).
 
-    Logits are computed only at the positions that predict a loss token, and divided by
-    ``temperature`` (the sampler's), so these are the logprobs of the distribution that was
-    sampled from (with ``top_p = 1``).
+    Logits are computed only where a loss token is predicted, and divided by ``temperature`` (the
+    sampler's), so these are the logprobs of the distribution that was sampled from (with
+    ``top_p = 1``). Columns after the last loss token are not run at all.
 
     Returns:
         ``(logprobs, entropy)``: ``[B, L]`` tensors, zero outside ``loss_mask``. ``entropy`` (of the
@@ -214,42 +214,62 @@ def token_logprobs(
     """
     ids, attention, mask = batch.input_ids, batch.attention_mask, batch.loss_mask
     rows, width = ids.shape
-    # Position j predicts token j + 1; keep the positions some row needs.
-    keep = mask[:, 1:].any(dim=0).nonzero().squeeze(1)
     logprobs = torch.zeros(rows, width, dtype=torch.float32, device=ids.device)
     entropy = torch.zeros_like(logprobs) if with_entropy else None
-    if keep.numel() == 0:
+    # Position p of row r predicts token p + 1: these (r, p) pairs are the logits the loss needs.
+    row, position = mask[:, 1:].nonzero(as_tuple=True)
+    if row.numel() == 0:
         return logprobs, entropy
-
+    end = int(position.max()) + 1  # later tokens are never an input the loss depends on
     prefix = shared_prefix_length(batch) if share_prefix else 0
     if prefix < MIN_SHARED_PREFIX:
         prefix = 0
-    if prefix:
-        keyword = cache_keyword(model)
-        shared = model(input_ids=ids[:1, :prefix], use_cache=True, logits_to_keep=1)
-        cache = getattr(shared, keyword)
-        cache.batch_repeat_interleave(rows)
-        positions = torch.arange(prefix, width, device=ids.device).expand(rows, -1)
-        out = model(
-            input_ids=ids[:, prefix:], attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=keep - prefix, **{keyword: cache}
-        )
-    else:
-        out = model(input_ids=ids, attention_mask=attention, use_cache=False, logits_to_keep=keep)
-    logits = out.logits.float()  # [B, K, V]
+    logits = _selected_logits(model, ids[:, :end], attention[:, :end], prefix, row, position).float()  # [N, V]
     if temperature != 1.0:
         logits = logits / temperature
-    # logit - logsumexp instead of a full log_softmax: no second [B, K, V] tensor is kept for backward.
-    normalizer = torch.logsumexp(logits, dim=-1)  # [B, K]
-    targets = ids[:, keep + 1]  # [B, K]
-    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normalizer
-    kept_mask = mask[:, keep + 1]
-    logprobs = logprobs.index_put((torch.arange(rows, device=ids.device)[:, None], keep[None, :] + 1), picked.masked_fill(~kept_mask, 0.0))
+    # logit - logsumexp instead of a full log_softmax: no second [N, V] tensor is kept for backward.
+    normalizer = torch.logsumexp(logits, dim=-1)
+    picked = logits.gather(-1, ids[row, position + 1].unsqueeze(-1)).squeeze(-1) - normalizer
+    logprobs = logprobs.index_put((row, position + 1), picked)
     if entropy is not None:
         with torch.no_grad():
             # H = logsumexp(z) - sum_v p_v z_v
-            per_position = normalizer - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
-            entropy[:, keep + 1] = per_position.masked_fill(~kept_mask, 0.0)
+            entropy[row, position + 1] = normalizer - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
     return logprobs, entropy
+
+
+# Models whose logits are more than a linear map of the last hidden state (soft-capping, scaling):
+# they go through their own forward pass, which applies it.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def _selected_logits(
+    model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, prefix: int, row: torch.Tensor, position: torch.Tensor
+) -> torch.Tensor:
+    """The logits at ``(row, position)`` pairs, ``[N, V]``; the first ``prefix`` tokens run once for all rows.
+
+    Where the output layer is a plain linear map, it runs on the selected hidden states only
+    (rows of a batch need logits at different positions, and the vocabulary is wide).
+    """
+    config = getattr(model, "config", None)
+    split = hasattr(model, "get_decoder") and hasattr(model, "get_output_embeddings") and not any(getattr(config, name, None) for name in _LOGIT_TRANSFORMS)
+    network = model.get_decoder() if split else model
+    extra: dict[str, Any] = {}
+    if not split:  # the union over rows of the positions some row needs
+        keep = torch.unique(position)
+        extra["logits_to_keep"] = keep - prefix
+    if prefix:
+        keyword = cache_keyword(model)
+        shared = network(input_ids=ids[:1, :prefix], use_cache=True, **({} if split else {"logits_to_keep": 1}))
+        cache = getattr(shared, keyword)
+        cache.batch_repeat_interleave(ids.shape[0])
+        positions = torch.arange(prefix, ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
+        out = network(input_ids=ids[:, prefix:], attention_mask=attention, position_ids=positions, use_cache=True, **{keyword: cache}, **extra)
+    else:
+        out = network(input_ids=ids, attention_mask=attention, use_cache=False, **extra)
+    if split:
+        return model.get_output_embeddings()(out.last_hidden_state[row, position - prefix])
+    return out.logits[row, torch.searchsorted(keep, position)]
 
 
 class Reference:

@@ -3,6 +3,7 @@ recomputed from the written episodes, resume, and the interval arithmetic it rep
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -108,6 +109,23 @@ def test_a_rerun_resumes_and_reproduces_the_summary(finished) -> None:
     for arm in summary["arms"]:
         assert again["arms"][arm]["success"] == summary["arms"][arm]["success"]
     assert summarize_experiment(out)["delta_grpo_minus_sft"] == summary["delta_grpo_minus_sft"]
+
+
+def test_phases_in_worker_processes_give_the_same_results(finished, tmp_path) -> None:
+    # jobs: 2 runs two phases at a time in spawned workers (the toy environment's registration
+    # travels with them); the per-phase work is the same, so are the written episodes.
+    config, out, summary, _ = finished
+    logged: list[str] = []
+    parallel = run_experiment(dataclasses.replace(config, jobs=2, output_dir=str(tmp_path / "parallel")), log=logged.append)
+    assert any(line.startswith("started sft/seed-1/train") for line in logged)
+    for arm in summary["arms"]:
+        assert parallel["arms"][arm]["success"] == summary["arms"][arm]["success"]
+    for arm, seed in [("base", None), ("sft", 0), ("grpo", 1), ("env_tokens_in_loss", 1)]:
+        folder = arm if seed is None else f"{arm}/seed-{seed}"
+        assert read_jsonl(tmp_path / "parallel" / folder / "eval.jsonl") == read_jsonl(out / folder / "eval.jsonl")
+    timings = json.loads((tmp_path / "parallel" / "timings.json").read_text())
+    assert len(timings["phase_seconds"]) == 1 + 2 * 6 and timings["wall_seconds"] > 0
+    assert parallel["jobs"] == 2
 
 
 def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None:

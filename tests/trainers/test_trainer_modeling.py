@@ -68,6 +68,31 @@ def test_logprobs_equal_the_plain_computation_with_and_without_prefix_sharing(mo
         assert float(entropy.max()) <= math.log(97) + 1e-4
 
 
+def test_models_with_a_logit_transform_take_their_own_forward_pass(model) -> None:
+    # A config that declares a logit scaling makes token_logprobs use the model's forward (which
+    # would apply it) instead of the decoder plus the output layer; Llama ignores the field, so
+    # both paths must give the plain values.
+    batch = grouped_batch()
+    expected = plain_reference(model, batch)
+    model.config.logits_scaling = 1.0
+    for share in (True, False):
+        got, _ = token_logprobs(model, batch, share_prefix=share)
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=0)
+
+
+def test_tokens_after_the_last_loss_token_do_not_change_the_result(model) -> None:
+    batch = grouped_batch()
+    longer = TensorBatch(
+        torch.cat([batch.input_ids, torch.randint(0, 97, (4, 7))], dim=1),
+        torch.cat([batch.attention_mask, torch.ones(4, 7, dtype=batch.attention_mask.dtype)], dim=1),
+        torch.cat([batch.loss_mask, torch.zeros(4, 7, dtype=torch.bool)], dim=1),
+        torch.zeros(4, batch.input_ids.shape[1] + 7),
+    )
+    got, _ = token_logprobs(model, longer)
+    torch.testing.assert_close(got[:, : batch.input_ids.shape[1]], token_logprobs(model, batch)[0], atol=2e-5, rtol=0)
+    assert not got[:, batch.input_ids.shape[1] :].any()
+
+
 def test_shared_prefix_gradient_equals_plain_gradient(model) -> None:
     batch = grouped_batch()
     grads = []
