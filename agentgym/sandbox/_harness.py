@@ -10,7 +10,8 @@ host, one JSON object per line:
 - :func:`drive` runs assertion-style tests (HumanEval's ``check``, MBPP's asserts) with no
   submitted code in its interpreter: the function under test is a proxy whose calls go to the
   submission's sandbox and whose results come back through :func:`decode` as plain builtin
-  values. It ends with ``{"done": true, "passed": n, "total": m}``. An exception the function
+  values. Each test specification (one input line) ends with ``{"done": true, "passed": n,
+  "total": m}``; one driver runs many, each in a fresh namespace. An exception the function
   raised is raised again in the test's interpreter with its own class when that class is a
   builtin or belongs to a module the test code imported (``statistics.StatisticsError``), else
   as a stand-in class of the same name under its nearest builtin base, so ``except ValueError``
@@ -213,14 +214,21 @@ class CandidateError(Exception):
     """The function under test raised (in its own sandbox); carries the exception's name."""
 
 
-def drive(spec: dict[str, Any]) -> None:
-    """Run a test specification against proxies of the submission's functions.
+def drive() -> None:
+    """Run test specifications against proxies of the submission's functions, one per input line,
+    each in a fresh namespace, until the input ends (one driver serves many gradings).
 
     ``spec["kind"]`` is ``"check"`` (HumanEval: ``prompt``, ``test``, ``entry_point``; passes
     iff ``check(candidate)`` returns) or ``"asserts"`` (MBPP: ``setup``, ``reference`` for the
-    classes the setup needs, ``asserts``, ``names``; one point per assert).
+    classes the setup needs, ``asserts``, ``names``; one point per assert). Each ends with one
+    ``done`` message.
     """
     reader, writer = _channel()
+    for line in reader:
+        _say(writer, _run_spec(json.loads(line), reader, writer))
+
+
+def _run_spec(spec: dict[str, Any], reader: Any, writer: Any) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "__test__"}
 
     def proxy(name: str) -> Callable[..., Any]:
@@ -263,7 +271,7 @@ def drive(spec: dict[str, Any]) -> None:
                     failures.append(f"assert {index}: {type(exc).__name__}: {str(exc)[:200]}")
     except Exception as exc:  # noqa: BLE001 - broken test code fails everything
         passed, failures = 0, [f"test setup failed: {type(exc).__name__}: {str(exc)[:200]}"]
-    _say(writer, {"done": True, "passed": passed, "total": total, "failures": failures[:5]})
+    return {"done": True, "passed": passed, "total": total, "failures": failures[:5]}
 
 
 def canonical(tree: Any) -> str:

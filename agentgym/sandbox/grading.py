@@ -8,7 +8,10 @@ Its answers come back as typed JSON, and:
 - function tests (:class:`FunctionTests`) are compared on the host with
   :func:`agentgym.sandbox._harness.same`: exact builtin types, floats within 1e-9;
 - assertion tests (:class:`CheckTests` for HumanEval, :class:`AssertTests` for MBPP) run in a
-  second sandbox that holds the test code but never the submission, calling it by proxy.
+  second sandbox that holds the test code but never the submission, calling it by proxy. That
+  test driver runs only trusted test code and sees submissions only as encoded data, so a
+  grader keeps its drivers and reuses them (each test specification in a fresh namespace): a
+  grading starts one sandbox, the submission's, which is always new.
 
 Neither the submission's exit status nor anything it prints counts; every test needs its own
 answer. The score is the fraction of tests passed, in [0, 1]; a submission that crashes, exits
@@ -24,8 +27,11 @@ the hidden inputs it receives.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
+import threading
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from importlib import resources
@@ -129,11 +135,27 @@ class Grade:
 
 
 class Grader:
-    """Grades submissions in sandboxes of ``backend`` under ``limits`` (per sandbox)."""
+    """Grades submissions in sandboxes of ``backend`` under ``limits`` (per sandbox).
+
+    Safe to use from several threads. Keeps idle test drivers between gradings; :meth:`close`
+    (or the end of a ``with`` block, or garbage collection) stops them.
+    """
 
     def __init__(self, backend: str | Backend = "auto", limits: Limits = GRADING_LIMITS):
         self.backend = backend
         self.limits = limits
+        self._drivers = _Drivers(backend, limits)
+        self._finalizer = weakref.finalize(self, self._drivers.close)
+
+    def close(self) -> None:
+        """Stop the idle test drivers (a later grading starts new ones)."""
+        self._drivers.close()
+
+    def __enter__(self) -> Grader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def grade(self, code: str, tests: TestSpec) -> Grade:
         """Grade ``code`` (a module's source) against ``tests``."""
@@ -151,15 +173,13 @@ class Grader:
             process = box.start(_program("serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
             stack.callback(process.kill)
             submission = _Submission(process, time.monotonic() + self.limits.wall_time_s + 1.0)
-            # The test driver starts while the submission loads: the two start-ups overlap.
-            driver = None if isinstance(tests, FunctionTests) else self._start_driver(stack, tests)
             passed, notes = 0, []
             ready = submission.message()
             loaded = bool(ready and ready.get("ready") is True)
             if loaded and isinstance(tests, FunctionTests):
                 passed, notes = _run_cases(submission, tests)
-            elif loaded and driver is not None:
-                passed, total, notes = _run_driver(submission, driver, total, time.monotonic() + self.limits.wall_time_s + 1.0)
+            elif loaded and not isinstance(tests, FunctionTests):
+                passed, total, notes = self._drive(submission, _driver_spec(tests), total)
             process.kill()
             stderr = process.wait().stderr[-2000:]
         if not loaded:
@@ -174,37 +194,127 @@ class Grader:
         reason = f"{passed} of {total} hidden tests passed"
         return Grade(passed / total if total else 0.0, passed, total, False, reason, {"notes": notes, "stderr_tail": stderr})
 
-    def _start_driver(self, stack: contextlib.ExitStack, tests: CheckTests | AssertTests) -> SandboxProcess:
-        """Start the test driver in a sandbox of its own; ``stack`` stops it and removes the sandbox."""
-        if isinstance(tests, CheckTests):
-            spec = {"kind": "check", "prompt": tests.prompt, "test": tests.test, "entry_point": tests.entry_point}
+    def _drive(self, submission: _Submission, spec: dict[str, Any], total: int) -> tuple[int, int, list[str]]:
+        """Run ``spec`` on a test driver, relaying its calls to the submission: (passed, total, notes)."""
+        started = time.monotonic()
+        deadline = started + self.limits.wall_time_s + 1.0
+        driver, healthy = self._drivers.take(), False
+        try:
+            first = driver.first_message(spec, deadline)
+            if first is None and driver.gradings > 0:
+                # A reused driver that died while idle (its backend restarted, say) has asked the
+                # submission nothing yet: the grading goes on with a new one.
+                self._drivers.give_back(driver, healthy=False)
+                driver = self._drivers.take(new=True)
+                first = driver.first_message(spec, deadline)
+            result, healthy = _run_driver(submission, driver.process, first, total, deadline)
+            return result
+        finally:
+            driver.gradings += 1
+            driver.busy_seconds += time.monotonic() - started
+            self._drivers.give_back(driver, healthy=healthy)
+
+
+def _driver_spec(tests: CheckTests | AssertTests) -> dict[str, Any]:
+    if isinstance(tests, CheckTests):
+        return {"kind": "check", "prompt": tests.prompt, "test": tests.test, "entry_point": tests.entry_point}
+    return {"kind": "asserts", "asserts": list(tests.asserts), "names": list(tests.names), "setup": tests.setup, "reference": tests.reference}
+
+
+# A driver retires after this many gradings or busy seconds (which also bound its CPU seconds),
+# or when it nears its sandbox's wall-time limit, long before any limit could stop it mid-grading.
+_DRIVER_GRADINGS = 500
+_DRIVER_BUSY_SECONDS = 300.0
+_DRIVER_LIFETIME_S = 3600.0
+
+
+@dataclass
+class _Driver:
+    box: Sandbox
+    process: SandboxProcess
+    started: float
+    gradings: int = 0
+    busy_seconds: float = 0.0
+
+    def first_message(self, spec: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+        try:
+            self.process.send(_line(spec), timeout=max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            return None
+        return _message(self.process, deadline)
+
+    def stop(self) -> None:
+        with contextlib.suppress(Exception):  # a driver whose backend is gone is stopped already
+            self.process.kill()
+            self.process.wait()
+        self.box.close()
+
+
+class _Drivers:
+    """A grader's idle test drivers: sandboxes running the harness's ``drive`` loop."""
+
+    def __init__(self, backend: str | Backend, limits: Limits):
+        self.backend = backend
+        self.grading_wall_s = limits.wall_time_s
+        # One driver serves many gradings, each under the grader's wall-time deadline on the host.
+        self.limits = dataclasses.replace(limits, wall_time_s=_DRIVER_LIFETIME_S, cpu_time_s=int(_DRIVER_BUSY_SECONDS) + int(limits.cpu_time_s) + 1)
+        self.idle: list[_Driver] = []
+        self.lock = threading.Lock()
+
+    def take(self, *, new: bool = False) -> _Driver:
+        with self.lock:
+            driver = None if new or not self.idle else self.idle.pop()
+        if driver is not None:
+            return driver
+        box = Sandbox(self.backend, self.limits)
+        try:
+            process = box.start(_program("drive"), isolated=True)
+        except BaseException:
+            box.close()
+            raise
+        return _Driver(box, process, time.monotonic())
+
+    def give_back(self, driver: _Driver, *, healthy: bool) -> None:
+        retire = (
+            driver.gradings >= _DRIVER_GRADINGS
+            or driver.busy_seconds >= _DRIVER_BUSY_SECONDS
+            or time.monotonic() - driver.started > _DRIVER_LIFETIME_S - 2 * self.grading_wall_s - 60
+        )
+        if healthy and not retire:
+            with self.lock:
+                self.idle.append(driver)
         else:
-            spec = {"kind": "asserts", "asserts": list(tests.asserts), "names": list(tests.names), "setup": tests.setup, "reference": tests.reference}
-        box = stack.enter_context(Sandbox(self.backend, self.limits))
-        driver = box.start(_program("drive", spec), isolated=True)
-        stack.callback(driver.wait)
-        stack.callback(driver.kill)
-        return driver
+            driver.stop()
+
+    def close(self) -> None:
+        with self.lock:
+            idle, self.idle = self.idle, []
+        for driver in idle:
+            driver.stop()
 
 
-def _run_driver(submission: _Submission, driver: SandboxProcess, total: int, deadline: float) -> tuple[int, int, list[str]]:
-    """Relay the driver's calls to the submission until its verdict: (passed, total, notes)."""
+def _run_driver(
+    submission: _Submission, driver: SandboxProcess, first: dict[str, Any] | None, total: int, deadline: float
+) -> tuple[tuple[int, int, list[str]], bool]:
+    """Relay the driver's calls to the submission until its verdict: ((passed, total, notes), whether
+    the driver can serve another grading)."""
+    message = first
     try:
         while True:
-            message = _message(driver, deadline)
             if message is None:
-                return 0, total, ["the test driver stopped (too slow, or broken test code)"]
+                return (0, total, ["the test driver stopped (too slow, or broken test code)"]), False
             if message.get("done") is True:
                 passed, count = message.get("passed"), message.get("total")
                 if type(passed) is not int or type(count) is not int or not 0 <= passed <= count:
-                    return 0, total, ["malformed verdict from the test driver"]
-                return passed, count, [str(n) for n in message.get("failures", [])][:5]
+                    return (0, total, ["malformed verdict from the test driver"]), False
+                return (passed, count, [str(n) for n in message.get("failures", [])][:5]), True
             reply = submission.ask(message) if isinstance(message.get("call"), str) else None
             if reply is None:
                 reply = {"raised": "SubmissionStopped", "message": "the submission crashed, exited or timed out", "classes": []}
             driver.send(_line(reply), timeout=max(0.0, deadline - time.monotonic()))
+            message = _message(driver, deadline)
     except TimeoutError:
-        return 0, total, ["the test driver stopped reading (timed out)"]
+        return (0, total, ["the test driver stopped reading (timed out)"]), False
 
 
 class _Submission:

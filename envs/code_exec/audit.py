@@ -25,9 +25,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
+
+if TYPE_CHECKING:
+    from agentgym.sandbox.grading import Grader
 from agentgym.sandbox._harness import canonical
 
 __all__ = ["MAX_BASELINE_SCORE", "TaskAudit", "audit_task", "audit_tasks", "bundled_tasks"]
@@ -58,8 +61,9 @@ class TaskAudit:
         return max(self.constant, self.majority_visible or 0.0) <= MAX_BASELINE_SCORE
 
 
-def audit_task(task: dict[str, Any], *, backend: str = "auto") -> TaskAudit:
-    """Score the baselines on one normalised task (see :mod:`agentgym.envs.code_exec.loaders`)."""
+def audit_task(task: dict[str, Any], *, backend: str = "auto", grader: Grader | None = None) -> TaskAudit:
+    """Score the baselines on one normalised task (see :mod:`agentgym.envs.code_exec.loaders`),
+    with ``grader`` (default: a new one on ``backend``)."""
     if task["format"] == "function":
         hidden = [canonical(test["expected"]) for test in task["tests"]]
         if not hidden:
@@ -73,7 +77,7 @@ def audit_task(task: dict[str, Any], *, backend: str = "auto") -> TaskAudit:
         )
     from agentgym.sandbox.grading import Grader
 
-    grader, spec = Grader(backend), grading_spec(task)
+    grader, spec = grader or Grader(backend), grading_spec(task)
     names = [task["entry_point"]] if task["format"] == "humaneval" else list(task["names"])
     scores = []
     for value in _CONSTANTS:
@@ -84,7 +88,10 @@ def audit_task(task: dict[str, Any], *, backend: str = "auto") -> TaskAudit:
 
 def audit_tasks(tasks: Sequence[dict[str, Any]], *, backend: str = "auto") -> list[TaskAudit]:
     """:func:`audit_task` for every task, in order."""
-    return [audit_task(task, backend=backend) for task in tasks]
+    from agentgym.sandbox.grading import Grader
+
+    with Grader(backend) as grader:
+        return [audit_task(task, grader=grader) for task in tasks]
 
 
 def bundled_tasks() -> list[dict[str, Any]]:

@@ -141,6 +141,7 @@ class CodeExecEnv(ToolEnv):
 
     def close(self) -> None:
         self._close_sandbox()
+        self.grader.close()
         super().close()
 
     # --------------------------------------------------------------------------- tools

@@ -293,3 +293,39 @@ def test_the_fork_server_has_the_grading_harness_loaded_under_the_graders_name(s
     from agentgym.sandbox.grading import _HARNESS_MODULE
 
     assert sandbox.run(f"import sys; print({_HARNESS_MODULE!r} in sys.modules)").stdout == "True\n"
+
+
+DOUBLE = "def double(x):\n    return 2 * x\n"
+
+
+def test_one_test_driver_serves_many_gradings_each_in_a_fresh_namespace(local_backend, monkeypatch):
+    from agentgym.sandbox.sandbox import Sandbox
+
+    opened = []
+    real_init = Sandbox.__init__
+
+    def counting_init(self, *args, **kwargs):
+        opened.append(1)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(Sandbox, "__init__", counting_init)
+    defines = CheckTests("def helper():\n    return 3\n", "def check(candidate):\n    assert candidate(helper()) == 6\n", "double")
+    uses = CheckTests("def other():\n    ...\n", "def check(candidate):\n    assert candidate(2) == helper() + 1\n", "double")
+    with Grader(local_backend, LIMITS) as grader:
+        scores = [grader.grade(code, spec).score for code, spec in [(DOUBLE, defines), (DOUBLE, uses), ("def double(x):\n    return 0\n", defines)] * 2]
+    # helper() of the first test is gone when the second runs; wrong code still fails after right code.
+    assert scores == [1.0, 0.0, 0.0] * 2
+    assert len(opened) == 6 + 1  # a sandbox per submission, one driver for all
+
+
+def test_a_driver_that_died_idle_or_hung_is_replaced(local_backend):
+    with Grader(local_backend, LIMITS) as grader:
+        assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0
+        (idle,) = grader._drivers.idle
+        idle.process.kill()  # as if its backend had restarted between gradings
+        assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0
+        hangs = CheckTests("def f():\n    ...\n", "def check(candidate):\n    while True:\n        pass\n", "double")
+        assert grader.grade(DOUBLE, hangs).score == 0.0  # the driver ran out of time and was stopped
+        assert not grader._drivers.idle
+        assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0
+    assert not grader._drivers.idle  # closing the grader stops its drivers
