@@ -197,14 +197,15 @@ def _bind(source: str, target: str, *, readonly: bool) -> None:
 class Run:
     """One sandboxed execution the server is tracking."""
 
-    __slots__ = ("deadline", "killed", "pid", "pidfd", "report_fd", "status_fd", "timed_out", "workspace")
+    __slots__ = ("deadline", "killed", "pid", "pidfd", "report_fd", "status_fd", "timed_out", "wall_s", "workspace")
 
-    def __init__(self, pid: int, status_fd: int, report_fd: int, deadline: float, workspace: str):
+    def __init__(self, pid: int, status_fd: int, report_fd: int, deadline: float, wall_s: float, workspace: str):
         self.pid = pid
         self.pidfd = os.pidfd_open(pid)
         self.status_fd = status_fd
         self.report_fd = report_fd
         self.deadline = deadline
+        self.wall_s = wall_s
         self.workspace = workspace
         self.timed_out = False
         self.killed = False
@@ -323,6 +324,11 @@ class Server:
             run.killed = True
             os.kill(run.pid, signal.SIGKILL)
 
+    def _op_go(self, message: dict[str, Any], fds: list[int]) -> None:
+        run = self.runs.get(str(message["run"]))
+        if run is not None and not run.timed_out:
+            run.deadline = time.monotonic() + run.wall_s
+
     def _op_run(self, message: dict[str, Any], fds: list[int]) -> None:
         if len(fds) != 4 + int(message.get("cgroups", 0)):
             for fd in fds:
@@ -356,7 +362,10 @@ class Server:
             os.close(report_r)
             _write_status(status_fd, {"error": problem})
             return
-        run = Run(pid, status_fd, report_r, time.monotonic() + float(message["limits"]["wall_time_s"]), workspace)
+        # A prepared run waits for its request (its code) for at most "wait_s"; its own wall-time
+        # limit starts when the host says "go", as the request is sent.
+        wall_s = float(message["limits"]["wall_time_s"])
+        run = Run(pid, status_fd, report_r, time.monotonic() + float(message.get("wait_s", wall_s)), wall_s, workspace)
         self.runs[run_id] = run
         self.by_pidfd[run.pidfd] = run_id
         self.poller.register(run.pidfd, select.POLLIN)

@@ -66,6 +66,10 @@ class Backend(abc.ABC):
     def start(self, workspace: str, request: bytes, limits: Limits) -> SandboxProcess:
         """Start the program described by ``request`` (see :func:`encode_request`) in ``workspace``."""
 
+    def prepare(self, workspace: str, limits: Limits) -> None:  # noqa: B027 - optional: backends that cannot prepare ahead start each run on demand
+        """Set up ``workspace``'s next run under ``limits`` now, so that the next :meth:`start` with
+        the same limits skips that work."""
+
     @abc.abstractmethod
     def close(self) -> None:
         """Stop every sandbox of this backend and release its resources (idempotent)."""

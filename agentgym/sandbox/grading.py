@@ -40,6 +40,7 @@ from typing import Any
 from agentgym.sandbox._harness import MAX_CLASS_NAME, MAX_CLASSES, encode, same
 from agentgym.sandbox.backend import Backend, SandboxProcess
 from agentgym.sandbox.limits import Limits
+from agentgym.sandbox.result import SandboxError
 from agentgym.sandbox.sandbox import Sandbox
 
 __all__ = ["CRASH_SCORE", "GRADING_FAILED", "GRADING_LIMITS", "AssertTests", "CheckTests", "FunctionTests", "Grade", "Grader", "IOCase", "TestSpec"]
@@ -137,18 +138,25 @@ class Grade:
 class Grader:
     """Grades submissions in sandboxes of ``backend`` under ``limits`` (per sandbox).
 
-    Safe to use from several threads. Keeps idle test drivers between gradings; :meth:`close`
-    (or the end of a ``with`` block, or garbage collection) stops them.
+    Safe to use from several threads. Keeps idle test drivers between gradings, and the next
+    submission's sandbox, prepared while the current one is graded; :meth:`close` (or the end of a
+    ``with`` block, or garbage collection) stops them.
     """
 
     def __init__(self, backend: str | Backend = "auto", limits: Limits = GRADING_LIMITS):
         self.backend = backend
         self.limits = limits
         self._drivers = _Drivers(backend, limits)
+        self._spare: Sandbox | None = None
+        self._spare_lock = threading.Lock()
         self._finalizer = weakref.finalize(self, self._drivers.close)
 
     def close(self) -> None:
-        """Stop the idle test drivers (a later grading starts new ones)."""
+        """Stop the idle test drivers and the prepared sandbox (a later grading starts new ones)."""
+        with self._spare_lock:
+            spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.close()
         self._drivers.close()
 
     def __enter__(self) -> Grader:
@@ -169,9 +177,13 @@ class Grader:
 
     def _grade(self, code: str, tests: TestSpec, total: int) -> Grade:
         with contextlib.ExitStack() as stack:
-            box = stack.enter_context(Sandbox(self.backend, self.limits))
+            with self._spare_lock:
+                spare, self._spare = self._spare, None
+            # A new sandbox for every submission; a prepared one has only set up its isolation.
+            box = stack.enter_context(spare or Sandbox(self.backend, self.limits))
             process = box.start(_program("serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
             stack.callback(process.kill)
+            self._prepare_spare()  # while this submission loads
             submission = _Submission(process, time.monotonic() + self.limits.wall_time_s + 1.0)
             passed, notes = 0, []
             ready = submission.message()
@@ -193,6 +205,17 @@ class Grader:
             return Grade(CRASH_SCORE, 0, total, True, reason, {"stderr_tail": stderr})
         reason = f"{passed} of {total} hidden tests passed"
         return Grade(passed / total if total else 0.0, passed, total, False, reason, {"notes": notes, "stderr_tail": stderr})
+
+    def _prepare_spare(self) -> None:
+        try:
+            box = Sandbox(self.backend, self.limits)
+            box.prepare()
+        except SandboxError:
+            return  # this grading goes on; the next one makes its own sandbox
+        with self._spare_lock:
+            box, self._spare = (box, self._spare) if self._spare is not None else (None, box)
+        if box is not None:
+            box.close()
 
     def _drive(self, submission: _Submission, spec: dict[str, Any], total: int) -> tuple[int, int, list[str]]:
         """Run ``spec`` on a test driver, relaying its calls to the submission: (passed, total, notes)."""

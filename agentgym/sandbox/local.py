@@ -5,6 +5,11 @@ writes its user-namespace id maps (which needs root), and talks to it over a Uni
 ``open``/``close`` create and delete episode workspaces, ``run`` passes four pipe ends for a new
 sandbox (standard input, output, error and a status pipe) and ``kill`` stops a run. What the
 sandboxes run travels on the pipes, never through the server.
+
+A run's isolation does not depend on its code, which it reads from standard input only once
+that is in place. :meth:`LocalBackend.prepare` uses this: it starts a workspace's next run ahead
+of time, and the next ``start`` hands that run its request (``go`` restarts its wall-time limit)
+instead of waiting for a new one to set up.
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ UID_COUNT = 65536
 STARTUP_TIMEOUT_S = 30.0
 GRACE_S = 5.0  # host-side patience beyond a run's wall-clock limit before declaring the server stuck
 CONTROL_TIMEOUT_S = 10.0
+# A prepared run not used within PREPARED_MAX_AGE_S is replaced; the server kills one that waits
+# PREPARED_WAIT_S (so a run is never handed out as the server stops it).
+PREPARED_MAX_AGE_S = 60.0
+PREPARED_WAIT_S = 120.0
 # Pre-imported by the fork server so runs do not pay for them; all stdlib.
 WARM_IMPORTS = (
     "abc", "array", "base64", "bisect", "calendar", "cmath", "collections", "copy", "csv", "dataclasses",
@@ -142,9 +151,12 @@ class LocalBackend(Backend):
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         self._dead: str | None = None
-        self._closing: collections.deque[str] = collections.deque()
+        self._queued: collections.deque[dict[str, Any]] = collections.deque()  # messages a finalizer could not send
         self._cgroups = Cgroups()
         self._groups: dict[str, GroupHandle] = {}
+        # workspace -> (run, limits, started); only atomic dict operations, no lock: a finalizer
+        # may close a workspace while this thread holds the control lock.
+        self._prepared: dict[str, tuple[LocalProcess, Limits, float]] = {}
         self._sock, self._proc = _launch()
         self._finalizer = weakref.finalize(self, _shutdown, self._sock, self._proc, self._cgroups, self._groups)
 
@@ -172,18 +184,41 @@ class LocalBackend(Backend):
 
     def close_workspace(self, workspace: str) -> None:
         # Safe to call from a finalizer: if this thread already holds the lock (garbage
-        # collection inside a send), the close is queued and goes out with the next message.
-        self._closing.append(workspace)
+        # collection inside a send), the close is queued and goes out with the next message;
+        # a prepared run, killed here, ends when that message is sent.
+        prepared = self._prepared.pop(workspace, None)
+        if prepared is not None:
+            self._queued.append({"op": "kill", "run": prepared[0].run_id})
+        self._queued.append({"op": "close", "workspace": workspace})
         if self._lock.acquire(blocking=False):
             try:
-                self._flush_closing()
+                self._flush_queued()
             finally:
                 self._lock.release()
         group = self._groups.pop(workspace, None)
         if group is not None:
             self._cgroups.release(group)  # reused once the workspace's last run has exited
 
+    def prepare(self, workspace: str, limits: Limits) -> None:
+        """Start ``workspace``'s next run now; it waits for its request (see the module docstring)."""
+        if workspace in self._prepared:
+            return
+        entry = (self._fork(workspace, b"", limits, wait_s=PREPARED_WAIT_S), limits, time.monotonic())
+        if self._prepared.setdefault(workspace, entry) is not entry:
+            entry[0].kill()  # another thread prepared one meanwhile
+
     def start(self, workspace: str, request: bytes, limits: Limits) -> SandboxProcess:
+        prepared = self._prepared.pop(workspace, None)
+        if prepared is not None:
+            run, prepared_limits, started = prepared
+            if prepared_limits == limits and time.monotonic() - started < PREPARED_MAX_AGE_S and run.waiting():
+                self._send({"op": "go", "run": run.run_id}, [])
+                run.go(request, limits)
+                return run
+            run.kill()
+        return self._fork(workspace, request, limits)
+
+    def _fork(self, workspace: str, request: bytes, limits: Limits, *, wait_s: float | None = None) -> LocalProcess:
         run_id = f"r{next(self._ids)}"
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -192,6 +227,8 @@ class LocalBackend(Backend):
         group = self._groups.get(workspace)
         cgroup_fds = group.procs_fds if group is not None else []
         message = {"op": "run", "run": run_id, "workspace": workspace, "limits": limits.to_dict(), "cgroups": len(cgroup_fds)}
+        if wait_s is not None:
+            message["wait_s"] = wait_s
         try:
             self._send(message, [stdin_r, out_w, err_w, status_w, *cgroup_fds])
         except BaseException:
@@ -230,16 +267,16 @@ class LocalBackend(Backend):
     def _send(self, message: dict[str, Any], fds: list[int]) -> None:
         with self._lock:
             self._check_alive()
-            self._flush_closing()
+            self._flush_queued()
             try:
                 socket.send_fds(self._sock, [json.dumps(message).encode()], fds)
             except OSError as exc:
                 raise self._died(f"{exc}") from None
 
-    def _flush_closing(self) -> None:
-        while self._closing and self._dead is None:
+    def _flush_queued(self) -> None:
+        while self._queued and self._dead is None:
             try:
-                self._sock.send(json.dumps({"op": "close", "workspace": self._closing.popleft()}).encode())
+                self._sock.send(json.dumps(self._queued.popleft()).encode())
             except OSError as exc:
                 self._died(f"{exc}")
 
@@ -247,7 +284,7 @@ class LocalBackend(Backend):
         # Only "open" gets a reply, and the lock keeps one in flight at a time.
         with self._lock:
             self._check_alive()
-            self._flush_closing()
+            self._flush_queued()
             try:
                 self._sock.send(json.dumps(message).encode())
                 reply = _receive(self._sock, CONTROL_TIMEOUT_S)
@@ -344,7 +381,7 @@ class LocalProcess(SandboxProcess):
 
     def __init__(self, backend: LocalBackend, run_id: str, stdin_w: int, out_r: int, err_r: int, status_r: int, limits: Limits, request: bytes):
         self._backend = backend
-        self._run_id = run_id
+        self.run_id = run_id
         self._stdin: int | None = stdin_w
         self._pending = bytearray(request)
         self._closing_stdin = False
@@ -358,6 +395,15 @@ class LocalProcess(SandboxProcess):
         self._killed = False
         for fd in (stdin_w, out_r, err_r, status_r):
             os.set_blocking(fd, False)
+
+    def waiting(self) -> bool:
+        """Whether a prepared run is still alive and waiting for its request."""
+        return self._status_fd in self._open and not select.select([self._status_fd], [], [], 0)[0]
+
+    def go(self, request: bytes, limits: Limits) -> None:
+        """Hand a prepared run its request; its wall-time limit starts now."""
+        self._pending += request
+        self._deadline = time.monotonic() + limits.wall_time_s + GRACE_S
 
     def send(self, data: bytes, timeout: float) -> None:
         if self._stdin is None:
@@ -399,7 +445,7 @@ class LocalProcess(SandboxProcess):
         if not self._killed and self._status_fd in self._open:
             self._killed = True
             try:
-                self._backend.kill(self._run_id)
+                self._backend.kill(self.run_id)
             except SandboxError:
                 pass  # a dead server has already killed everything it ran
 

@@ -127,6 +127,15 @@ class Sandbox:
             raise SandboxError("this sandbox is closed")
         return self.backend.start(self._workspace, encode_request(code, files, isolated=isolated), self.limits)
 
+    def prepare(self) -> None:
+        """Set up the next run's isolation now, while the caller does other work: the next
+        :meth:`run` or :meth:`start` then only hands it the code (the local backend: a run that
+        waits for its code; other backends: nothing). The prepared run costs an idle process until
+        it is used or the sandbox closes."""
+        if self._workspace is None:
+            raise SandboxError("this sandbox is closed")
+        self.backend.prepare(self._workspace, self.limits)
+
     def close(self) -> None:
         """Delete the workspace (idempotent). The shared backend keeps serving other sandboxes."""
         if self._workspace is not None:

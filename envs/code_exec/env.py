@@ -61,6 +61,7 @@ grading sandbox).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import platform
 from collections.abc import Sequence
@@ -160,6 +161,8 @@ class CodeExecEnv(ToolEnv):
             result = self._sandbox.run(code)
         except SandboxError as exc:
             raise ToolError(f"the sandbox failed to run the code ({exc}); try again") from None
+        with contextlib.suppress(SandboxError):  # a backend failing here fails the next run, clearly
+            self._sandbox.prepare()  # the next call's isolation is set up while the model reads this output
         self.runs += 1
         return format_result(result, self.limits)
 

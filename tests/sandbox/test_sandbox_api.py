@@ -1,6 +1,7 @@
 """The sandbox's public API: limits, requests, backend choice, and ``run`` behaving like ``python -c``."""
 
 import threading
+import time
 
 import pytest
 
@@ -111,6 +112,24 @@ def test_closed_sandbox_refuses_to_run(local_backend, fast):
     box.close()  # idempotent
     with pytest.raises(SandboxError, match="closed"):
         box.run("print(1)")
+    with pytest.raises(SandboxError, match="closed"):
+        box.prepare()
+
+
+def test_a_prepared_run_is_a_new_run_whose_time_starts_with_its_code(local_backend, fast):
+    with Sandbox(local_backend, fast) as box:
+        box.run("open('kept.txt', 'w').write('x'); open('/tmp/scratch', 'w').write('y')")
+        box.prepare()
+        time.sleep(fast.wall_time_s + 0.5)  # longer than a run may last
+        result = box.run("import os, time; time.sleep(0.5); print(open('kept.txt').read(), os.path.exists('/tmp/scratch'), os.getpid())")
+        assert (result.stdout, result.timed_out) == ("x False 1\n", False)  # the workspace's files, its own /tmp, pid 1
+        box.prepare()
+        assert box.run("while True: pass").timed_out
+        box.prepare()
+        process = box.start("print(input()[::-1])")  # interactive runs take the prepared one too
+        process.send(b"abc\n", timeout=2)
+        assert process.readline(timeout=2) == b"cba\n" and process.wait().returncode == 0
+        box.prepare()  # closing the sandbox stops it (the session's leftover check)
 
 
 def test_concurrent_runs_stay_apart(local_backend, fast):

@@ -315,7 +315,9 @@ def test_one_test_driver_serves_many_gradings_each_in_a_fresh_namespace(local_ba
         scores = [grader.grade(code, spec).score for code, spec in [(DOUBLE, defines), (DOUBLE, uses), ("def double(x):\n    return 0\n", defines)] * 2]
     # helper() of the first test is gone when the second runs; wrong code still fails after right code.
     assert scores == [1.0, 0.0, 0.0] * 2
-    assert len(opened) == 6 + 1  # a sandbox per submission, one driver for all
+    # A sandbox per submission (each prepared during the grading before it, so one is left
+    # over), one driver for all.
+    assert len(opened) == 6 + 1 + 1
 
 
 def test_a_driver_that_died_idle_or_hung_is_replaced(local_backend):
