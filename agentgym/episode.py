@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import gymnasium as gym
-import numpy as np
 
 from agentgym.models.backend import Generation, SamplingParams, decode_visible
 from agentgym.models.chat import ChatRenderer, ToolMode
 from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.parsing import parse_action
+from agentgym.seeding import derive_seed
 
 __all__ = ["EpisodeOutcome", "EpisodeTokens", "RolloutSettings", "StopReason", "TokenEpisode", "episode_outcome", "turn_seed"]
 
@@ -89,7 +89,7 @@ class RolloutSettings:
 
 def turn_seed(seed: int, episode: int, turn: int) -> int:
     """Sampling seed of ``turn`` of ``episode``: independent streams per episode and turn, stable across runs."""
-    return int(np.random.SeedSequence([seed, episode, turn]).generate_state(1)[0])
+    return derive_seed(seed, episode, turn, bits=32)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from agentgym.envs import make_env
 from agentgym.episode import RolloutSettings, StopReason, TokenEpisode, turn_seed
 from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
 from agentgym.models.backend import as_streaming
+from agentgym.seeding import derive_seed
 
 __all__ = ["Episode", "ProgressFn", "RolloutConfig", "RolloutRunner", "RolloutTiming", "StopReason", "run_rollouts", "turn_seed"]
 
@@ -238,7 +239,7 @@ def _plan(config: RolloutConfig, available: Sequence[str]) -> list[_Planned]:
 
     def env_seed(group: int, member: int) -> int:
         if config.distinct_env_seeds:
-            return int(np.random.SeedSequence([config.seed, group, member]).generate_state(1)[0] >> 1)
+            return derive_seed(config.seed, group, member)
         return config.seed + group
 
     return [_Planned(g * config.group_size + m, g, m, task_id, env_seed(g, m)) for g, task_id in enumerate(tasks) for m in range(config.group_size)]

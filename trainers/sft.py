@@ -20,13 +20,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from agentgym.envs import make_env
 from agentgym.models import ChatRenderer, Generation, Trajectory, TrajectoryBuilder, collate
 from agentgym.parsing import format_tool_call
 from agentgym.rollout import make_policy, read_jsonl, run_episode
+from agentgym.seeding import stream_rng
 from agentgym.trainers.config import SFTSection
 from agentgym.trainers.modeling import TensorBatch, TrainerError, clip_and_step, token_logprobs
 
@@ -152,7 +152,7 @@ def sft_batch_indices(num_demos: int, batch_size: int, seed: int, step: int) -> 
     out = []
     for k in range(step * batch_size, (step + 1) * batch_size):
         epoch, position = divmod(k, num_demos)
-        order = np.random.default_rng(np.random.SeedSequence([seed, epoch])).permutation(num_demos)
+        order = stream_rng(seed, epoch).permutation(num_demos)
         out.append(int(order[position]))
     return out
 

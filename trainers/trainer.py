@@ -44,6 +44,7 @@ import torch
 from agentgym.models import DEFAULT_MODEL, ChatRenderer, collate
 from agentgym.models.loading import resolve_device
 from agentgym.runner import Episode, RolloutConfig, run_rollouts
+from agentgym.seeding import derive_seed, stream_rng
 from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
 from agentgym.trainers.diagnostics import MetricsLogger, ProgressDisplay, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
@@ -66,15 +67,10 @@ from agentgym.trainers.sft import demonstration_records, demonstration_trajector
 if TYPE_CHECKING:
     from rich.console import Console
 
-__all__ = ["RunState", "TrainResult", "derive_seed", "grpo_update", "step_tasks", "train"]
+__all__ = ["RunState", "TrainResult", "grpo_update", "step_tasks", "train"]
 
 # Independent random streams, all derived from config.seed.
 _TASKS, _EVAL, _ROLLOUT, _SHUFFLE, _SFT, _LORA = range(1, 7)
-
-
-def derive_seed(seed: int, *stream: int) -> int:
-    """A seed for one use (``stream`` names it, e.g. ``(_ROLLOUT, step)``), independent of the others."""
-    return int(np.random.SeedSequence([seed, *stream]).generate_state(1)[0] >> 1)
 
 
 @dataclass
@@ -447,7 +443,7 @@ def step_tasks(pool: Sequence[str], num_tasks: int, seed: int, step: int) -> lis
     out = []
     for k in range(step * num_tasks, (step + 1) * num_tasks):
         epoch, position = divmod(k, len(pool))
-        order = np.random.default_rng(np.random.SeedSequence([seed, epoch])).permutation(len(pool))
+        order = stream_rng(seed, epoch).permutation(len(pool))
         out.append(pool[int(order[position])])
     return out
 

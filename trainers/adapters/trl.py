@@ -35,12 +35,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import gymnasium as gym
-import numpy as np
 
 from agentgym.env import EpisodeOver
 from agentgym.episode import EpisodeOutcome, RolloutSettings, TokenEpisode, episode_outcome
 from agentgym.models.chat import ToolMode
 from agentgym.models.loading import ModelLoadError
+from agentgym.seeding import derive_seed
 from agentgym.tools import Tool, tools_of
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.pool import EnvPool
@@ -252,7 +252,7 @@ class RolloutFunction:
 
                 def submit(i: int) -> None:
                     episode = episodes[i]
-                    seed = int(np.random.SeedSequence([self.seed, step, rank, i, len(episode.turns)]).generate_state(1)[0])
+                    seed = derive_seed(self.seed, step, rank, i, len(episode.turns), bits=32)
                     backend.submit(i, episode.token_ids, episode.sampling_params(seed))
 
                 for i, episode in enumerate(episodes):
