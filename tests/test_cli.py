@@ -84,10 +84,10 @@ def test_list_names_every_environment():
 
 
 def test_play_reads_turns_from_the_terminal(capsys):
-    from agentgym.cli import _parser, _play
+    from agentgym.cli import _parser, play
 
     turns = iter(['/call ask_customer {"question": "email"}', "/call ask_customer {bad", "hello", "/quit"])
     args = _parser().parse_args(["play", "agentgym/Refund-v0", "--seed", "3"])
-    assert _play(args, read=lambda prompt: next(turns)) == 0
+    assert play.run(args, read=lambda prompt: next(turns)) == 0
     out = capsys.readouterr().out
     assert "Customer: My email is" in out and "not valid JSON" in out and "sort out my refund" in out

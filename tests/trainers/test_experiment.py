@@ -183,11 +183,11 @@ def test_interval_arithmetic() -> None:
 def test_the_command_prints_the_results_and_reports_bad_input(finished, tmp_path, capsys) -> None:
     import argparse
 
-    from agentgym.trainers.cli import add_parsers
+    from agentgym.cli import experiment
 
     _, out, _, path = finished
     parser = argparse.ArgumentParser()
-    add_parsers(parser.add_subparsers())
+    experiment.add_parser(parser.add_subparsers())
     args = parser.parse_args(["experiment", str(path), "--summarize"])
     assert args.run(args) == 0
     assert capsys.readouterr().out.startswith("# Learning experiment")

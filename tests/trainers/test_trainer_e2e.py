@@ -11,9 +11,11 @@ import pytest
 from letters_env import TOY_ENV
 from safetensors.torch import load_file
 
+from agentgym.cli import experiment as experiment_command
+from agentgym.cli import sft as sft_command
+from agentgym.cli import train as train_command
 from agentgym.models import load_model, resolve_model_path
 from agentgym.trainers.checkpoint import latest_checkpoint
-from agentgym.trainers.cli import add_parsers
 from agentgym.trainers.config import load_config
 from agentgym.trainers.diagnostics import read_metrics
 from agentgym.trainers.modeling import TrainerError, add_lora
@@ -144,7 +146,9 @@ def test_lora_without_peft_is_a_clear_error(tiny_model_dir, monkeypatch) -> None
 
 def run_cli(argv: list[str], capsys) -> tuple[int, str, str]:
     parser = argparse.ArgumentParser(prog="agentgym")
-    add_parsers(parser.add_subparsers(dest="command", required=True))
+    commands = parser.add_subparsers(dest="command", required=True)
+    for command in (train_command, sft_command, experiment_command):
+        command.add_parser(commands)
     args = parser.parse_args(argv)
     code = args.run(args)
     out, err = capsys.readouterr()

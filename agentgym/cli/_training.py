@@ -1,8 +1,8 @@
-"""``agentgym train``, ``agentgym sft`` and ``agentgym experiment``: the reference trainer from the command line.
+"""What ``agentgym train`` and ``agentgym sft`` share: their arguments and the run of the reference trainer.
 
-:func:`add_parsers` adds both commands to the ``agentgym`` parser; the commands print the run's
-markdown report (or its evaluations as JSON) and turn every user error into one line on stderr
-with exit status 2. Heavy imports (torch, transformers) happen only when a command runs.
+The commands print the run's markdown report (or its evaluations as JSON) and turn every user
+error into one line on stderr with exit status 2. Heavy imports (torch, transformers) happen only
+when a command runs.
 """
 
 from __future__ import annotations
@@ -13,29 +13,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["add_parsers", "experiment_command", "sft_command", "train_command"]
+__all__ = ["run_training", "training_arguments"]
 
 
-def add_parsers(commands: Any) -> None:
-    """Add the ``train`` and ``sft`` sub-commands to an ``add_subparsers()`` object."""
-    p = commands.add_parser("train", help="SFT warm start (optional) then GRPO on an environment; writes a run folder")
-    _arguments(p, steps_help="GRPO steps (grpo.steps)")
-    p.add_argument("--sft-steps", type=int, help="SFT warm-start steps before GRPO (sft.steps)")
-    p.set_defaults(run=train_command)
-
-    p = commands.add_parser("sft", help="supervised fine-tuning on oracle (or recorded) successful trajectories")
-    _arguments(p, steps_help="SFT steps (sft.steps)")
-    p.add_argument("--source", help="'oracle' (default) or a JSONL file of episode records (sft.source)")
-    p.set_defaults(run=sft_command)
-
-    p = commands.add_parser("experiment", help="base vs SFT vs GRPO (and ablations) over several seeds on held-out tasks; writes a results folder")
-    p.add_argument("config", metavar="FILE.yaml", help="experiment configuration, e.g. trainers/configs/experiments/learning_cpu.yaml (see docs/results.md)")
-    p.add_argument("--output", metavar="DIR", help="results folder (default: the configuration's output_dir)")
-    p.add_argument("--summarize", action="store_true", help="only recompute summary.json, results.md and plots from the episodes already written")
-    p.set_defaults(run=experiment_command)
-
-
-def _arguments(p: argparse.ArgumentParser, *, steps_help: str) -> None:
+def training_arguments(p: argparse.ArgumentParser, *, steps_help: str) -> None:
     p.add_argument("env", metavar="ENV", help="environment id, e.g. agentgym/SQL-v0")
     p.add_argument("--config", metavar="FILE.yaml", help="training configuration (see docs/trainer.md)")
     p.add_argument("--model", help="model name, folder or .gguf file (default: the bundled SmolLM2-135M-Instruct)")
@@ -66,18 +47,8 @@ def _arguments(p: argparse.ArgumentParser, *, steps_help: str) -> None:
     p.add_argument("--json", action="store_true", help="print the evaluations as JSON instead of the report")
 
 
-def train_command(args: argparse.Namespace) -> int:
-    """``agentgym train``: run (or resume) SFT then GRPO and print the report."""
-    extra = {"grpo.steps": args.steps, "sft.steps": args.sft_steps}
-    return _run(args, extra)
-
-
-def sft_command(args: argparse.Namespace) -> int:
-    """``agentgym sft``: the SFT phase alone (``grpo.steps`` is 0) and its report."""
-    return _run(args, {"sft.steps": args.steps, "sft.source": args.source, "grpo.steps": 0})
-
-
-def _run(args: argparse.Namespace, extra: dict[str, Any]) -> int:
+def run_training(args: argparse.Namespace, extra: dict[str, Any]) -> int:
+    """Train with the command's options plus ``extra`` (dotted option names; ``None`` values are left out) and print the result."""
     from agentgym.models import ModelLoadError
     from agentgym.trainers.config import ConfigError, load_config, parse_override
     from agentgym.trainers.modeling import TrainerError
@@ -109,28 +80,6 @@ def _run(args: argparse.Namespace, extra: dict[str, Any]) -> int:
         print(json.dumps({"output_dir": str(result.output_dir), "evaluations": result.evaluations}, indent=2))
     else:
         print(result.report)
-    return 0
-
-
-def experiment_command(args: argparse.Namespace) -> int:
-    """``agentgym experiment``: run (or resume) an experiment and print its results table."""
-    from agentgym.models import ModelLoadError
-    from agentgym.trainers.config import ConfigError
-    from agentgym.trainers.experiment import load_experiment, run_experiment, summarize_experiment
-    from agentgym.trainers.modeling import TrainerError
-
-    try:
-        config = load_experiment(args.config, output_dir=args.output)
-        if args.summarize:
-            if not (Path(config.output_dir) / "tasks.json").is_file():
-                raise ConfigError(f"{config.output_dir} holds no experiment to summarise")
-            summarize_experiment(config.output_dir)
-        else:
-            run_experiment(config, log=lambda line: print(line, file=sys.stderr))
-    except (ConfigError, TrainerError, ModelLoadError) as exc:
-        print(f"agentgym: error: {exc}", file=sys.stderr)
-        return 2
-    print((Path(config.output_dir) / "results.md").read_text(encoding="utf-8"))
     return 0
 
 

@@ -1,0 +1,45 @@
+"""The ``agentgym`` command line: list environments, play one, roll out scripted policies, evaluate and train models.
+
+Each command is one module of this package with the same ``add_parser(commands)`` function, which
+adds its sub-command parser and sets ``run``; :data:`COMMANDS` lists them in ``agentgym --help``'s
+order. Every command turns bad input into one clear line on stderr and exit status 2, never a
+traceback. Heavy imports (torch, transformers, rich) happen only when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+import gymnasium as gym
+
+from agentgym.cli import audit_tasks, evaluate, experiment, inspect_trajectory, list_envs, play, rollout, serve, sft, train, validate_reward
+from agentgym.cli._common import CLIError
+
+__all__ = ["COMMANDS", "CLIError", "main"]
+
+COMMANDS = (list_envs, play, rollout, validate_reward, audit_tasks, serve, evaluate, inspect_trajectory, train, sft, experiment)
+"""The command modules, in the order ``agentgym --help`` lists them."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; returns the process exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.run(args) or 0)
+    except KeyboardInterrupt:
+        print("agentgym: interrupted", file=sys.stderr)
+        return 130
+    except (CLIError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError, gym.error.Error) as exc:
+        print(f"agentgym: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentgym", description="Deterministic multi-turn tool environments for agent RL.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(commands)
+    return parser

@@ -1,0 +1,61 @@
+"""What several commands share: the user-facing error, argument types, the environment arguments."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+__all__ = ["CLIError", "check_model_path", "env_arguments", "json_object", "make", "positive_int"]
+
+
+class CLIError(Exception):
+    """A user-facing error: printed as one line, exit status 2."""
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {exc.msg}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return value
+
+
+def env_arguments(p: argparse.ArgumentParser) -> None:
+    """ENV, --seed, --split and --env-kwargs: the arguments of the commands that run an environment."""
+    p.add_argument("env", metavar="ENV", help="environment id, e.g. agentgym/Refund-v0")
+    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p.add_argument("--split", default="train", choices=["train", "val", "test"], help="task split (default train)")
+    p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
+
+
+def make(args: argparse.Namespace, **extra: Any) -> gym.Env:
+    """The environment that ``args.env``, ``args.split`` and ``args.env_kwargs`` name."""
+    from agentgym.envs import make_env
+
+    return make_env(args.env, split=args.split, **args.env_kwargs, **extra)
+
+
+def check_model_path(model: str | None) -> None:
+    """Fail fast on a model given as a path that does not exist (a hub id would be looked up online)."""
+    if model is None:
+        return
+    path = Path(model).expanduser()
+    looks_like_path = path.is_absolute() or model.startswith((".", "~")) or path.suffix == ".gguf"
+    if looks_like_path and not path.exists():
+        raise CLIError(f"model not found: {model}")

@@ -1,0 +1,144 @@
+"""``agentgym eval``: roll a model out in an environment; print success with a confidence interval, reward, turns, tokens and error rates."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from agentgym.cli._common import CLIError, check_model_path, json_object, make, positive_int
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser("eval", help="evaluate a model in an environment and write its trajectories")
+    p.add_argument("env", metavar="ENV", help="environment id, e.g. agentgym/Refund-v0")
+    p.add_argument("--model", help="model name, local path, .gguf file or hub id (default: the bundled SmolLM2-135M-Instruct)")
+    p.add_argument("--split", default="test", choices=["train", "val", "test"], help="task split (default test)")
+    p.add_argument("--episodes", type=positive_int, default=10, help="tasks to evaluate; each runs --group-size times (default 10)")
+    p.add_argument(
+        "--group-size",
+        "--num-trials",
+        dest="group_size",
+        type=positive_int,
+        default=1,
+        help="episodes (trials) per task; 2 or more also reports pass^k (default 1)",
+    )
+    p.add_argument("--task-ids", nargs="+", metavar="ID", help="evaluate these tasks (instead of --episodes drawn ones)")
+    p.add_argument("--max-turns", type=positive_int, help="assistant turns per episode (default: the environment's)")
+    p.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens sampled per turn at most (default 256)")
+    p.add_argument(
+        "--max-total-tokens", type=positive_int, help="token budget of a whole trajectory, prompt included (default: the local model's context window)"
+    )
+    p.add_argument("--temperature", type=_non_negative_float, default=1.0, help="sampling temperature, 0 = greedy (default 1.0)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    p.add_argument(
+        "--backend", default="hf", choices=["hf", "openai", "vllm"], help="local transformers, an OpenAI-compatible server, or in-process vLLM (default hf)"
+    )
+    p.add_argument("--base-url", help="server API root for --backend openai, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--device", default="auto", help="device for --backend hf: auto, cpu, cuda, cuda:1 ... (default auto)")
+    p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
+    p.add_argument("--out", help="write the episodes with their token ids and loss masks: JSON lines, or Parquet for .parquet")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from agentgym.evaluation import evaluate, print_report
+    from agentgym.models import DEFAULT_MODEL, BackendError, ModelLoadError
+    from agentgym.rollout import write_records
+    from agentgym.runner import RolloutConfig
+
+    clashing = sorted({"split", "max_turns"} & set(args.env_kwargs))
+    if clashing:
+        key = clashing[0]
+        raise CLIError(f"use --{key.replace('_', '-')} instead of setting {key} in --env-kwargs")
+    config = RolloutConfig(  # validates the values before anything is loaded
+        env_id=args.env,
+        split=args.split,
+        num_tasks=len(args.task_ids) if args.task_ids else args.episodes,
+        task_ids=args.task_ids,
+        group_size=args.group_size,
+        seed=args.seed,
+        max_turns=args.max_turns,
+        max_new_tokens=args.max_new_tokens,
+        max_total_tokens=args.max_total_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        env_kwargs=args.env_kwargs,
+    )
+    env = make(args)  # validates the id and kwargs before the model is loaded
+    max_turns = config.max_turns or env.unwrapped.max_turns
+    env.close()
+    if args.out and not Path(args.out).expanduser().resolve().parent.is_dir():
+        raise CLIError(f"cannot write {args.out}: its directory does not exist")
+    backend = _backend(args)
+    if config.max_total_tokens is None and _context_window(backend) is not None:
+        config = replace(config, max_total_tokens=_context_window(backend))
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"{args.env} episodes", total=config.num_episodes)
+        try:
+            result = evaluate(backend, config, progress=lambda done, total: bar.update(task, completed=done))
+        except (ModelLoadError, BackendError) as exc:
+            raise CLIError(str(exc)) from None
+    if args.out:
+        tokenizer = args.model or DEFAULT_MODEL
+        write_records(args.out, ({**e.to_dict(), "tokenizer": tokenizer} for e in result.episodes))
+    summary = {
+        "env": args.env,
+        "policy": backend.name,
+        "split": args.split,
+        **result.metrics,
+        "group_size": config.group_size,
+        "seed": config.seed,
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "max_turns": max_turns,
+        "max_new_tokens": config.max_new_tokens,
+        "max_total_tokens": config.max_total_tokens,
+        "out": args.out,
+        "timing": result.timing.to_dict(),
+    }
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print_report(summary)
+    return 0
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
+    return value
+
+
+def _backend(args: argparse.Namespace) -> Any:
+    from agentgym.models import BackendError, ModelLoadError, create_backend
+
+    if args.backend == "openai" and not args.base_url:
+        raise CLIError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
+    if args.backend != "openai" and args.base_url:
+        raise CLIError("--base-url only applies to --backend openai")
+    check_model_path(args.model)
+    try:
+        return create_backend(args.model, kind=args.backend, device=args.device, base_url=args.base_url)
+    except (ModelLoadError, BackendError) as exc:
+        raise CLIError(str(exc)) from None
+
+
+def _context_window(backend: Any) -> int | None:
+    """The context window of a local transformers model (a longer prompt cannot be continued)."""
+    config = getattr(getattr(backend, "model", None), "config", None)
+    return getattr(config, "max_position_embeddings", None)

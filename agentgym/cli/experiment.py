@@ -1,0 +1,39 @@
+"""``agentgym experiment``: run (or resume) base vs SFT vs GRPO (and ablations) over several seeds on held-out tasks, and print its results table."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser("experiment", help="base vs SFT vs GRPO (and ablations) over several seeds on held-out tasks; writes a results folder")
+    p.add_argument("config", metavar="FILE.yaml", help="experiment configuration, e.g. trainers/configs/experiments/learning_cpu.yaml (see docs/results.md)")
+    p.add_argument("--output", metavar="DIR", help="results folder (default: the configuration's output_dir)")
+    p.add_argument("--summarize", action="store_true", help="only recompute summary.json, results.md and plots from the episodes already written")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agentgym.models import ModelLoadError
+    from agentgym.trainers.config import ConfigError
+    from agentgym.trainers.experiment import load_experiment, run_experiment, summarize_experiment
+    from agentgym.trainers.modeling import TrainerError
+
+    try:
+        config = load_experiment(args.config, output_dir=args.output)
+        if args.summarize:
+            if not (Path(config.output_dir) / "tasks.json").is_file():
+                raise ConfigError(f"{config.output_dir} holds no experiment to summarise")
+            summarize_experiment(config.output_dir)
+        else:
+            run_experiment(config, log=lambda line: print(line, file=sys.stderr))
+    except (ConfigError, TrainerError, ModelLoadError) as exc:
+        print(f"agentgym: error: {exc}", file=sys.stderr)
+        return 2
+    print((Path(config.output_dir) / "results.md").read_text(encoding="utf-8"))
+    return 0

@@ -1,0 +1,47 @@
+"""``agentgym rollout``: run a scripted policy and write its trajectories (JSON lines or Parquet)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from agentgym.cli._common import env_arguments, make, positive_int
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: Any) -> None:
+    p = commands.add_parser("rollout", help="run a scripted policy and write trajectories as JSONL")
+    env_arguments(p)
+    p.add_argument("--policy", default="oracle", help="scripted policy: oracle, random, do_nothing, or one the env adds")
+    p.add_argument("--episodes", type=positive_int, default=10, help="number of episodes (default 10)")
+    p.add_argument("--out", required=True, help="output file: JSON lines, or Parquet when it ends in .parquet")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from agentgym.rollout import make_policy, rollout, summarize, write_records
+
+    env = make(args)  # validates the id, kwargs and policy before the output file is touched
+    make_policy(env, args.policy, args.seed)
+    env.close()
+    records = write_records(args.out, rollout(args.env, args.policy, episodes=args.episodes, seed=args.seed, split=args.split, env_kwargs=args.env_kwargs))
+    summary = {"env": args.env, "policy": args.policy, "split": args.split, **summarize(records), "out": args.out}
+    _print_summary(summary, args.json)
+    return 0
+
+
+def _print_summary(summary: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(summary, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("metric", "value", title=f"{summary['env']} — {summary['policy']} ({summary['split']})")
+    for key, value in summary.items():
+        if key not in ("env", "policy", "split"):
+            table.add_row(key.replace("_", " "), f"{value:.3f}" if isinstance(value, float) else str(value))
+    Console().print(table)
