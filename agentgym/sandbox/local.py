@@ -398,7 +398,11 @@ class LocalProcess(SandboxProcess):
 
     def waiting(self) -> bool:
         """Whether a prepared run is still alive and waiting for its request."""
-        return self._status_fd in self._open and not select.select([self._status_fd], [], [], 0)[0]
+        if self._status_fd not in self._open:
+            return False
+        poller = select.poll()  # not select(): descriptors past 1024 are common with many sandboxes
+        poller.register(self._status_fd, select.POLLIN)
+        return not poller.poll(0)
 
     def go(self, request: bytes, limits: Limits) -> None:
         """Hand a prepared run its request; its wall-time limit starts now."""
