@@ -17,7 +17,7 @@ import json
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, cast
 
 import gymnasium as gym
 
@@ -26,7 +26,10 @@ from agentgym.spaces import AssistantTurn, ChatMessages
 from agentgym.tools import Tool, ToolError, cap_result, tools_of
 from agentgym.verifiers.result import RewardResult
 
-__all__ = ["SPLITS", "EpisodeOver", "Message", "ToolEnv"]
+if TYPE_CHECKING:
+    from agentgym.remote.client import SessionEnv
+
+__all__ = ["SPLITS", "AgentEnv", "EpisodeOver", "Message", "ToolEnv", "agent_env"]
 
 Message = dict[str, Any]
 SPLITS = ("train", "val", "test")
@@ -52,7 +55,7 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
         render_mode: ``"ansi"`` (``render`` returns the last messages as text) or ``None``.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012 - Gymnasium's convention (an attribute it declares)
     task_family: ClassVar[str] = ""
     default_max_turns: ClassVar[int] = 20
 
@@ -307,6 +310,30 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
     def _info(self) -> dict[str, Any]:
         assert self.task is not None
         return {"task_id": self.task["task_id"], "turn": self._turn, **self.counts, **self.extra_info()}
+
+
+AgentEnv: TypeAlias = "ToolEnv | SessionEnv"
+"""An agentgym environment itself (what ``unwrapped`` reaches): a :class:`ToolEnv` in process, or a
+:class:`~agentgym.remote.client.SessionEnv` whose environment lives elsewhere. Both offer ``tools``,
+``task_ids``, ``tasks``, ``task``, ``max_turns``, ``counts``, ``episode_record()``,
+``compute_reward()`` and ``policies()``."""
+
+
+def agent_env(env: gym.Env) -> AgentEnv:
+    """``env.unwrapped``, typed as the agentgym environment it is."""
+    # Every environment agentgym registers (and so every one make_env makes) is a ToolEnv or a
+    # SessionEnv; importing SessionEnv here to check would need the optional websockets package.
+    return cast("AgentEnv", env.unwrapped)
+
+
+if TYPE_CHECKING:
+
+    class MadeEnv(gym.Env[list[Message], Any]):
+        """The type checker's view of what :func:`agentgym.make_env` returns: ``gym.make``'s wrappers
+        around a registered agentgym environment, which ``unwrapped`` reaches (see :func:`agent_env`)."""
+
+        @property
+        def unwrapped(self) -> AgentEnv: ...
 
 
 def _assistant_message(action: Any, parsed: ParsedAction) -> Message:

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
+from agentgym.env import agent_env
 from agentgym.models.backend import Generation, SamplingParams, decode_visible
 from agentgym.models.chat import ChatRenderer, ToolMode
 from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
@@ -151,7 +152,7 @@ def episode_outcome(env: gym.Env) -> EpisodeOutcome:
     An episode that is still running (its driver stopped it) is scored like one cut by
     ``max_turns``: the environment's reward for the state it reached.
     """
-    base = env.unwrapped
+    base = agent_env(env)
     record = base.episode_record()
     over = bool(record["terminated"] or record["truncated"])
     if over:
@@ -420,7 +421,7 @@ class TokenEpisode:
         """Reward and counts (an episode cut by the budget is scored on the state it reached; one
         that failed scores 0)."""
         if self.error is not None:
-            counts = self.env.unwrapped.counts
+            counts = agent_env(self.env).counts
             return EpisodeOutcome(
                 reward=0.0,
                 success=False,

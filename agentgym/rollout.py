@@ -17,6 +17,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from agentgym.env import agent_env
 from agentgym.envs import make_env
 from agentgym.parsing import UNPAIRED_SURROGATE
 from agentgym.policies import Policy, ReplayPolicy
@@ -45,7 +46,7 @@ def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_i
     while not done:
         observation, _, terminated, truncated, _ = env.step(policy.act(observation))
         done = terminated or truncated
-    record = env.unwrapped.episode_record()
+    record = agent_env(env).episode_record()
     return {**record, "policy": policy_name} if policy_name else record
 
 
@@ -62,7 +63,7 @@ def replay(env: gym.Env, record: dict[str, Any], actions: list[Any] | None = Non
 
 def make_policy(env: gym.Env, name: str, seed: int) -> Policy:
     """Build the scripted policy ``name`` that ``env`` offers (``oracle``, ``random``, ...)."""
-    factories: dict[str, Callable[[int], Policy]] = env.unwrapped.policies()
+    factories: dict[str, Callable[[int], Policy]] = agent_env(env).policies()
     if name not in factories:
         raise ValueError(f"unknown policy {name!r} for {env.spec.id if env.spec else env}; choose from: {', '.join(factories)}")
     return factories[name](seed)

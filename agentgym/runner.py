@@ -28,17 +28,20 @@ from collections import deque
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
 
-from agentgym.env import SPLITS
+from agentgym.env import SPLITS, agent_env
 from agentgym.envs import make_env
 from agentgym.episode import RolloutSettings, StopReason, TokenEpisode, turn_seed
 from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
 from agentgym.models.backend import as_streaming
 from agentgym.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from agentgym.env import MadeEnv
 
 __all__ = ["Episode", "ProgressFn", "RolloutConfig", "RolloutRunner", "RolloutTiming", "StopReason", "run_rollouts", "turn_seed"]
 
@@ -222,7 +225,7 @@ class _Live:
     episode: TokenEpisode
 
 
-def _make_env(config: RolloutConfig) -> gym.Env:
+def _make_env(config: RolloutConfig) -> MadeEnv:
     extra = {} if config.max_turns is None else {"max_turns": config.max_turns}
     return make_env(config.env_id, split=config.split, **config.env_kwargs, **extra)
 
@@ -313,7 +316,7 @@ class _Run:
         self.finished: list[Episode] = []
         self.live: dict[Hashable, _Live] = {}
 
-    def play(self, plan: Sequence[_Planned], envs: list[gym.Env]) -> list[Episode]:
+    def play(self, plan: Sequence[_Planned], envs: Sequence[gym.Env]) -> list[Episode]:
         pending = deque(plan)
         free = list(envs)
         stepping: dict[Future[Any], _Live] = {}
@@ -398,7 +401,7 @@ class _Run:
         assert episode.stop_reason is not None
         stop_reason, error = episode.stop_reason, episode.error
         try:
-            record = episode.env.unwrapped.episode_record()
+            record = agent_env(episode.env).episode_record()
         except Exception as exc:  # noqa: BLE001 - the environment is out of reach (a remote one died): record what we saw
             stop_reason = "error"
             error = error or f"the environment's record could not be read: {type(exc).__name__}: {exc}"
@@ -406,7 +409,7 @@ class _Run:
         record.update(policy=self.backend.name, group=plan.group, member=plan.member, stop_reason=stop_reason)
         if error is not None:  # the episode failed on its own: a failed episode, the batch goes on
             record.update(reward=0.0, reward_components={}, reward_reason=error, success=False, error=error)
-        task = episode.env.unwrapped.task or {}
+        task = agent_env(episode.env).task or {}
         for key in ("difficulty", "template"):  # for breakdowns, when the task has them
             if task.get(key) is not None:
                 record[key] = task[key]

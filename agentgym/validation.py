@@ -173,7 +173,7 @@ def _checks(records, results, reward, env_id, episodes, reward_spec) -> list[Che
     from agentgym.rollout import rollout
 
     split = records[0].get("split", "train")
-    probes: dict[str, list[float]] = {}
+    probes: dict[str, list[RewardResult]] = {}
     oracle = [_as_result(reward(r)) for r in rollout(env_id, "oracle", episodes=episodes, split=split)]
     top = max(oracle, key=lambda r: r.score).score
     checks = [

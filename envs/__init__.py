@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
+
+if TYPE_CHECKING:
+    from agentgym.env import MadeEnv
 
 # id -> (entry point, one-line description)
 ENVIRONMENTS: dict[str, tuple[str, str]] = {
@@ -31,7 +34,7 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = {
 CLIENTS = {"agentgym/Remote-v0": "agentgym.remote.client:RemoteEnv", "agentgym/Ray-v0": "agentgym.remote.ray_pool:RayEnv"}
 
 
-def make_env(env_id: str, /, **kwargs: Any) -> gym.Env:
+def make_env(env_id: str, /, **kwargs: Any) -> MadeEnv:
     """``gym.make`` for an agentgym id, with one clear error for what cannot be made.
 
     Raises:
@@ -44,7 +47,8 @@ def make_env(env_id: str, /, **kwargs: Any) -> gym.Env:
         known = ", ".join(k for k in gym.registry if k.startswith("agentgym/"))
         raise ValueError(f"unknown environment {env_id!r}; known: {known}")
     try:
-        return gym.make(env_id, **kwargs)
+        # For an agentgym id (this function's contract) the unwrapped environment is a ToolEnv or a SessionEnv.
+        return cast("MadeEnv", gym.make(env_id, **kwargs))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"cannot make {env_id}: {exc}") from None
 

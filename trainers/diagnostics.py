@@ -28,6 +28,7 @@ from agentgym.episode import StopReason
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.progress import Progress
 
     from agentgym.runner import Episode
 
@@ -262,7 +263,7 @@ class ProgressDisplay:
     def __init__(self, console: Console, *, enabled: bool = True) -> None:
         self.console = console
         self.enabled = enabled
-        self._progress = None
+        self._progress: Progress | None = None
         self._tasks: dict[str, Any] = {}
 
     def __enter__(self) -> ProgressDisplay:

@@ -669,10 +669,10 @@ def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Map
     }
 
 
-def _curves(out: Path, arm: str, seeds: Sequence[int]) -> dict[str, dict[str, list[float]]]:
+def _curves(out: Path, arm: str, seeds: Sequence[int]) -> dict[str, dict[str, list[float | None]]]:
     """Per seed, the GRPO training metrics by step (from the run's ``metrics.jsonl``)."""
     keys = ("reward/mean", "episode/success_rate", "episode/turns", "policy/entropy", "policy/kl")
-    curves: dict[str, dict[str, list[float]]] = {}
+    curves: dict[str, dict[str, list[float | None]]] = {}
     for seed in seeds:
         path = out / arm / f"seed-{seed}" / "run" / "metrics.jsonl"
         if not path.is_file():

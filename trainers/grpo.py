@@ -36,7 +36,7 @@ since its default, the padded width ``T``, differs between micro-batches.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 import torch
 
@@ -277,10 +277,10 @@ def _check_mask(loss_mask: torch.Tensor) -> torch.Tensor:
     return loss_mask.bool()
 
 
-def _check_loss_agg(loss_agg: str) -> str:
+def _check_loss_agg(loss_agg: str) -> LossAgg:
     if loss_agg not in LOSS_AGGS:
         raise ValueError(f"unknown loss_agg {loss_agg!r}; expected one of {LOSS_AGGS}")
-    return loss_agg
+    return cast(LossAgg, loss_agg)  # one of LOSS_AGGS, LossAgg's values
 
 
 def _check_max_len(max_len: int | None, loss_agg: str, width: int) -> int:

@@ -20,7 +20,7 @@ import math
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, overload
 
 import torch
 
@@ -28,6 +28,7 @@ from agentgym.models import DEFAULT_MODEL, TokenBatch, load_model
 from agentgym.models.engine import cache_keyword
 
 if TYPE_CHECKING:
+    from peft import PeftModel
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
     from agentgym.trainers.config import LoRASection, OptimSection
@@ -99,7 +100,7 @@ class TensorBatch:
 
 def load_policy(
     model: str | None, *, device: str = "auto", dtype: str = "auto", lora: LoRASection | None = None
-) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+) -> tuple[PreTrainedModel | PeftModel, PreTrainedTokenizerBase]:
     """Load the policy for training: eval mode (no dropout, so logprobs are deterministic), LoRA optional.
 
     Dropout stays off for the whole run: the ratio of new to old logprobs must be 1 before the
@@ -107,9 +108,10 @@ def load_policy(
     ``dtype="auto"`` keeps float32 weights (AdamW updates of 1e-6 vanish in bf16 weights); on CUDA
     the trainer computes in bf16 under :func:`autocast`. An explicit dtype is used as given.
     """
-    policy, tokenizer = load_model(model or DEFAULT_MODEL, device=device, dtype="float32" if dtype == "auto" else dtype)
+    loaded, tokenizer = load_model(model or DEFAULT_MODEL, device=device, dtype="float32" if dtype == "auto" else dtype)
+    policy: PreTrainedModel | PeftModel = loaded
     if lora is not None and lora.enabled:
-        policy = add_lora(policy, lora)
+        policy = add_lora(loaded, lora)
     policy.eval()
     return policy, tokenizer
 
@@ -124,7 +126,7 @@ def autocast(device: torch.device, mode: str = "auto") -> AbstractContextManager
     return nullcontext()
 
 
-def add_lora(model: PreTrainedModel, lora: LoRASection) -> PreTrainedModel:
+def add_lora(model: PreTrainedModel, lora: LoRASection) -> PeftModel:
     """Wrap ``model`` with fresh LoRA adapters (only they are trainable).
 
     Raises:
@@ -142,7 +144,7 @@ def add_lora(model: PreTrainedModel, lora: LoRASection) -> PreTrainedModel:
         raise TrainerError(f"lora.target_modules {lora.target_modules!r}: {str(exc).splitlines()[0]}") from None
 
 
-def is_lora(model: torch.nn.Module) -> bool:
+def is_lora(model: torch.nn.Module) -> TypeGuard[PeftModel]:
     """True for a ``peft`` model with adapters."""
     return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
 
@@ -156,7 +158,8 @@ def make_optimizer(model: torch.nn.Module, optim: OptimSection, total_steps: int
     """AdamW over the trainable parameters and the warm-up + decay schedule over ``total_steps``."""
     from transformers import get_scheduler
 
-    optimizer = torch.optim.AdamW(trainable_parameters(model), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, weight_decay=optim.weight_decay)
+    betas = cast("tuple[float, float]", tuple(optim.betas))  # a pair: the config's type, checked when it is loaded
+    optimizer = torch.optim.AdamW(trainable_parameters(model), lr=optim.lr, betas=betas, eps=optim.eps, weight_decay=optim.weight_decay)
     name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[optim.schedule]
     scheduler = get_scheduler(name, optimizer, num_warmup_steps=optim.warmup_steps, num_training_steps=max(total_steps, 1))
     return optimizer, scheduler
@@ -197,6 +200,18 @@ def shared_prefix_length(batch: TensorBatch) -> int:
         return 0
     differs = (ids[:, :limit] != ids[:1, :limit]).any(dim=0)
     return int(differs.nonzero()[0]) if bool(differs.any()) else limit
+
+
+@overload
+def token_logprobs(
+    model: torch.nn.Module, batch: TensorBatch, *, temperature: float = 1.0, share_prefix: bool = True, with_entropy: Literal[True]
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def token_logprobs(
+    model: torch.nn.Module, batch: TensorBatch, *, temperature: float = 1.0, share_prefix: bool = True, with_entropy: bool = False
+) -> tuple[torch.Tensor, torch.Tensor | None]: ...
 
 
 def token_logprobs(
@@ -252,8 +267,11 @@ def _selected_logits(
     (rows of a batch need logits at different positions, and the vocabulary is wide).
     """
     config = getattr(model, "config", None)
-    split = hasattr(model, "get_decoder") and hasattr(model, "get_output_embeddings") and not any(getattr(config, name, None) for name in _LOGIT_TRANSFORMS)
-    network = model.get_decoder() if split else model
+    # transformers' methods (a peft model forwards them), which torch's annotation of Module attributes does not cover.
+    get_decoder: Any = getattr(model, "get_decoder", None)
+    get_output_embeddings: Any = getattr(model, "get_output_embeddings", None)
+    split = get_decoder is not None and get_output_embeddings is not None and not any(getattr(config, name, None) for name in _LOGIT_TRANSFORMS)
+    network = get_decoder() if split else model
     extra: dict[str, Any] = {}
     if not split:  # the union over rows of the positions some row needs
         keep = torch.unique(position)
@@ -268,7 +286,7 @@ def _selected_logits(
     else:
         out = network(input_ids=ids, attention_mask=attention, use_cache=False, **extra)
     if split:
-        return model.get_output_embeddings()(out.last_hidden_state[row, position - prefix])
+        return get_output_embeddings()(out.last_hidden_state[row, position - prefix])
     return out.logits[row, torch.searchsorted(keep, position)]
 
 
@@ -296,7 +314,8 @@ class Reference:
     @contextmanager
     def _active(self) -> Iterator[torch.nn.Module]:
         if self.model is None:
-            with self._policy.disable_adapter():
+            lora = cast("PeftModel", self._policy)  # only a LoRA policy has no copy (see __init__)
+            with lora.disable_adapter():
                 yield self._policy
         else:
             yield self.model

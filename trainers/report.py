@@ -89,7 +89,8 @@ def render_report(
     rows = [*_ROWS[:2], *((k, f"reward component `{k.removeprefix('reward/')}`") for k in components), *_ROWS[2:]]
     for key, title in rows if columns else ():
         values = [evaluations[label].get(key) for label, _ in columns]
-        change = values[-1] - values[0] if len(values) > 1 and None not in (values[0], values[-1]) else None
+        first, last = values[0], values[-1]
+        change = last - first if len(values) > 1 and first is not None and last is not None else None
         signed = "–" if change is None or math.isnan(change) else f"{change:+.3f}"
         lines.append(f"| {title} | " + " | ".join(_cell(v) for v in values) + f" | {signed} |")
     if grpo_steps:

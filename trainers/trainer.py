@@ -35,9 +35,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-import gymnasium as gym
 import numpy as np
 import torch
 
@@ -65,7 +64,11 @@ from agentgym.trainers.report import write_report
 from agentgym.trainers.sft import demonstration_records, demonstration_trajectories, sft_batch_indices, sft_update
 
 if TYPE_CHECKING:
+    from peft import PeftModel
     from rich.console import Console
+    from transformers import PreTrainedModel
+
+    from agentgym.env import MadeEnv
 
 __all__ = ["RunState", "TrainResult", "grpo_update", "step_tasks", "train"]
 
@@ -289,6 +292,13 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
 # --------------------------------------------------------------------------------- the update
 
 
+class _ForwardOptions(TypedDict):
+    """The options every logprob pass of an update shares (:func:`token_logprobs`, :meth:`Reference.logprobs`)."""
+
+    temperature: float
+    share_prefix: bool
+
+
 def grpo_update(
     policy: torch.nn.Module,
     reference: Reference | None,
@@ -339,7 +349,7 @@ def grpo_update(
 
     plan = _minibatches(len(kept), group_size, g, shuffle_seed)
     micro = g.micro_batch_size
-    forward = {"temperature": temperature, "share_prefix": g.share_prefix}
+    forward: _ForwardOptions = {"temperature": temperature, "share_prefix": g.share_prefix}
     # Reference and old logprobs are computed over the first epoch's micro-batches, the very
     # batches (same rows, same padded width) the first update's loss sees, so its ratio is exactly 1.
     first_micro = [rows[start : start + micro] for rows in plan[0] for start in range(0, len(rows), micro)]
@@ -471,13 +481,14 @@ def _rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, 
     )
 
 
-def _backend(policy: torch.nn.Module, tokenizer: Any, config: TrainConfig) -> Any:
+def _backend(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainConfig) -> Any:
     from agentgym.models.hf import HFBackend
 
-    return HFBackend(policy, tokenizer, name=f"hf:{config.model or DEFAULT_MODEL}")
+    # A PeftModel forwards what the backend uses of a PreTrainedModel to the model it wraps.
+    return HFBackend(cast("PreTrainedModel", policy), tokenizer, name=f"hf:{config.model or DEFAULT_MODEL}")
 
 
-def _evaluate(policy: torch.nn.Module, tokenizer: Any, config: TrainConfig, tasks: Sequence[str], display: ProgressDisplay) -> dict[str, float]:
+def _evaluate(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainConfig, tasks: Sequence[str], display: ProgressDisplay) -> dict[str, float]:
     """``eval.samples`` episodes per evaluation task, same seeds every time, so only the model changes."""
     rollout = _rollout_config(config, tasks, seed=derive_seed(config.seed, _EVAL), evaluation=True)
     return eval_summary(run_rollouts(_backend(policy, tokenizer, config), rollout, progress=display.episodes("eval")))
@@ -501,7 +512,7 @@ def _global_step(config: TrainConfig, state: RunState) -> int:
     return state.step if state.phase == "sft" else config.sft.steps + state.step
 
 
-def _load(config: TrainConfig, source: str | None) -> tuple[torch.nn.Module, Any]:
+def _load(config: TrainConfig, source: str | None) -> tuple[PreTrainedModel | PeftModel, Any]:
     """The policy from ``source`` (LoRA adapters initialised from the run's seed)."""
     with _seeded_torch(config):
         return load_policy(source, device=config.device, dtype=config.dtype, lora=config.lora)
@@ -516,7 +527,7 @@ def _seeded_torch(config: TrainConfig) -> Iterator[None]:
         yield
 
 
-def _finish_sft(policy: torch.nn.Module, tokenizer: Any, config: TrainConfig, sft_dir: Path) -> torch.nn.Module:
+def _finish_sft(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainConfig, sft_dir: Path) -> PreTrainedModel | PeftModel:
     """Save the SFT result (the GRPO reference, and the base a resumed GRPO phase loads).
 
     With LoRA the SFT adapters are merged into the weights and fresh adapters are added, so the
@@ -530,11 +541,11 @@ def _finish_sft(policy: torch.nn.Module, tokenizer: Any, config: TrainConfig, sf
         return add_lora(merged, config.lora).eval()
 
 
-def _export(policy: torch.nn.Module, tokenizer: Any, path: Path) -> None:
+def _export(policy: PreTrainedModel | PeftModel, tokenizer: Any, path: Path) -> None:
     """Save a loadable model folder (``--model PATH``); LoRA adapters are merged into a copy."""
     model = copy.deepcopy(policy).merge_and_unload() if is_lora(policy) else policy
     shutil.rmtree(path, ignore_errors=True)
-    model.save_pretrained(path)
+    model.save_pretrained(path)  # type: ignore[arg-type]  # peft annotates save_directory as str; it takes any path, as transformers does
     tokenizer.save_pretrained(path)
 
 
@@ -546,7 +557,7 @@ def _pad_id(tokenizer: Any) -> int:
     return 0
 
 
-def _make_env(config: TrainConfig, split: str) -> gym.Env:
+def _make_env(config: TrainConfig, split: str) -> MadeEnv:
     from agentgym.envs import make_env
 
     extra = {} if config.rollout.max_turns is None else {"max_turns": config.rollout.max_turns}

@@ -21,6 +21,6 @@ def equivalent(prediction: str, reference: str) -> bool:
     """math-verify's verdict on two prepared answers (see ``math_equiv.prepare_answer``)."""
     # None disables math-verify's signal.alarm timeouts, which fail outside the main thread and
     # cannot interrupt C-level big-integer arithmetic; the pool kills this process instead.
-    gold = parse(reference, _TARGETS, parsing_timeout=None)  # type: ignore[arg-type]
-    pred = parse(prediction, _TARGETS, parsing_timeout=None)  # type: ignore[arg-type]
+    gold = parse(reference, _TARGETS, parsing_timeout=None)
+    pred = parse(prediction, _TARGETS, parsing_timeout=None)
     return bool(verify(gold, pred, timeout_seconds=None))

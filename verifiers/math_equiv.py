@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
-from agentgym.verifiers.bounded import BoundedPool
+from agentgym.verifiers.bounded import BoundedPool, Outcome
 
 __all__ = [
     "DEFAULT_TIMEOUT",
@@ -211,7 +211,8 @@ class MathEquivalence:
             else:
                 pending.setdefault(key, []).append(index)
         keys = list(pending)
-        for key, outcome in zip(keys, self.pool.map(_WORKER_FUNCTION, keys, timeout=limit), strict=False):
+        outcomes: list[Outcome[bool]] = self.pool.map(_WORKER_FUNCTION, keys, timeout=limit)  # the worker returns a bool
+        for key, outcome in zip(keys, outcomes, strict=False):
             check = MathCheck(bool(outcome.value) if outcome.ok else False, "symbolic", outcome.error, outcome.timed_out)
             if outcome.ok or outcome.timed_out:  # not a crash, which may not happen again
                 self._cache.put(key, check, limit)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
+if TYPE_CHECKING:
+    from agentgym.env import MadeEnv
 
 __all__ = ["CLIError", "check_model_path", "env_arguments", "json_object", "make", "positive_int"]
 
@@ -44,7 +45,7 @@ def env_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
 
 
-def make(args: argparse.Namespace, **extra: Any) -> gym.Env:
+def make(args: argparse.Namespace, **extra: Any) -> MadeEnv:
     """The environment that ``args.env``, ``args.split`` and ``args.env_kwargs`` name."""
     from agentgym.envs import make_env
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -196,4 +196,5 @@ def stop_token_set(tokenizer: PreTrainedTokenizerBase, extra: Sequence[int] = ()
 
 def decode_visible(tokenizer: PreTrainedTokenizerBase, token_ids: Sequence[int]) -> str:
     """Text of ``token_ids`` with special tokens removed and spacing left exactly as sampled."""
-    return tokenizer.decode(list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False)
+    # decode() is annotated str | list[str]: one flat list of ids decodes to one string
+    return cast(str, tokenizer.decode(list(token_ids), skip_special_tokens=True, clean_up_tokenization_spaces=False))

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -162,7 +162,8 @@ class ChatRenderer:
                 f"the chat template does not close assistant turns with a special token (text after the "
                 f"content: {tail[:40]!r}); token-exact turn boundaries need one"
             )
-        eot_text = self.tokenizer.decode([ids[0]], skip_special_tokens=False)
+        # decode() is annotated str | list[str]: one flat list of ids decodes to one string
+        eot_text = cast(str, self.tokenizer.decode([ids[0]], skip_special_tokens=False))
         if not tail.startswith(eot_text):
             raise TemplateError(f"end-of-turn token {eot_text!r} does not round-trip through the tokenizer")
         return ids[0], eot_text, tail[len(eot_text) :]

@@ -164,7 +164,10 @@ def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
 
 def cache_keyword(model: torch.nn.Module) -> str:
     """The forward keyword that takes the cache: ``cache`` in newer transformers, ``past_key_values`` before."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    # A peft model's get_base_model() is the transformers model it wraps (a method that torch's
+    # Module.__getattr__ annotation, for parameters and submodules, does not describe).
+    get_base_model = getattr(model, "get_base_model", None)
+    base = get_base_model() if get_base_model is not None else model
     return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
@@ -215,7 +218,7 @@ class KVEngine:
         self._tick = 0
         self._weights = self._weights_version()
         self._prefix_attention = supports_shared_prefix(model)
-        self._batch_prefix: tuple[tuple[int, ...], SharedPrefix | None] = ((), None)
+        self._batch_prefix: tuple[tuple[tuple[int, int], ...], SharedPrefix | None] = ((), None)  # ((row, id(owner)), ...), plan
 
     # -- public interface ------------------------------------------------------------------------
 
@@ -343,10 +346,10 @@ class KVEngine:
             self._first_token(request, logits[row])
         # New sequences in token order: a request's longest shared prefix is usually with the one just
         # before it, which is already cached when its turn comes.
-        reserved = set(continuations.values())
+        continuing_rows = set(continuations.values())
         for request in ordered:
             if id(request) not in continuations:
-                self._start_fresh(request, reserved, shared_logits)
+                self._start_fresh(request, continuing_rows, shared_logits)
         finished = [q for q in ordered if q.finish_reason is not None]
         for request in finished:
             self._release(request)
@@ -389,7 +392,7 @@ class KVEngine:
         row = self._take_row(source, reserved)
         # Identical prompts prefilled in this admission share the logits after their last token.
         known = source is not None and shared == len(prompt) == len(self._tokens[source])
-        logits = shared_logits.get(source) if known else None
+        logits = shared_logits.get(source) if source is not None and known else None
         keep = shared if logits is not None else min(shared, len(prompt) - 1)
         if source is not None and keep:
             self.rows.copy_prefix(source, row, keep)
@@ -436,9 +439,9 @@ class KVEngine:
                 logits[r] = out[r - rows.start]
                 self._tokens[r].extend(suffixes[r])
         for row in sorted(set(suffixes) - set(batchable)):
-            tokens = suffixes[row]
-            for start in range(0, len(tokens), self.prefill_chunk):
-                chunk = tokens[start : start + self.prefill_chunk]
+            row_tokens = suffixes[row]
+            for start in range(0, len(row_tokens), self.prefill_chunk):
+                chunk = row_tokens[start : start + self.prefill_chunk]
                 logits[row] = self._forward(slice(row, row + 1), [chunk])[0]
                 self._tokens[row].extend(chunk)
         self.stats.prefilled_tokens += sum(map(len, suffixes.values()))
@@ -565,9 +568,11 @@ class KVEngine:
 _linear = torch.nn.functional.linear
 
 
-def _decode_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``F.linear`` for a handful of rows, as ``weight @ x.T``: MKL's kernel for that shape is about
-    twice as fast on CPU as the one ``x @ weight.T`` gets at 8 rows."""
+def _decode_linear(input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``F.linear`` for a handful of rows, as ``weight @ input.T``: MKL's kernel for that shape is about
+    twice as fast on CPU as the one ``input @ weight.T`` gets at 8 rows. Its parameters are named as
+    ``F.linear``'s, so that calls passing them by keyword work while it stands in."""
+    x = input
     rows = x.numel() // x.shape[-1] if x.dim() else 0
     if x.device.type != "cpu" or rows == 0 or rows > _SKINNY_ROWS:
         return _linear(x, weight, bias)

@@ -19,6 +19,7 @@ import itertools
 import os
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -81,9 +82,16 @@ class HFBackend:
         """Device the model runs on."""
         return self.model.device
 
+    @property
+    def _vocab_rows(self) -> int:
+        """Rows of the input embedding table: the token ids the model accepts."""
+        # An int attribute of the embedding layer; torch annotates Module attributes as the
+        # parameters, buffers and submodules that Module.__getattr__ finds.
+        return cast(int, self.model.get_input_embeddings().num_embeddings)
+
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """Sample one completion per prompt."""
-        expanded = per_prompt_params(prompts, params, self.model.get_input_embeddings().num_embeddings)
+        expanded = per_prompt_params(prompts, params, self._vocab_rows)
         if not self.reuse_cache:
             return self._generate_from_scratch(prompts, expanded)
         if self.engine.in_flight:
@@ -98,7 +106,7 @@ class HFBackend:
 
     def submit(self, key: Hashable, prompt: Sequence[int], params: SamplingParams) -> None:
         """Queue one request; :meth:`advance` returns its generation under ``key``."""
-        per_prompt_params([prompt], params, self.model.get_input_embeddings().num_embeddings)
+        per_prompt_params([prompt], params, self._vocab_rows)
         if self.reuse_cache:
             self.engine.submit(key, prompt, params)
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
 
@@ -51,7 +51,8 @@ def _segment_pieces(segment: Segment, tokenizer: PreTrainedTokenizerBase) -> lis
     start = 0
     ids = segment.token_ids
     for end in range(1, len(ids) + 1):
-        text = tokenizer.decode(list(ids[start:end]), skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        # decode() is annotated str | list[str]: one flat list of ids decodes to one string
+        text = cast(str, tokenizer.decode(list(ids[start:end]), skip_special_tokens=False, clean_up_tokenization_spaces=False))
         # An incomplete UTF-8 sequence decodes to U+FFFD; wait for the token that completes it.
         if text.endswith("\ufffd") and end < len(ids):
             continue

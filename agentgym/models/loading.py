@@ -207,7 +207,8 @@ def _load_pretrained(
         raise ModelLoadError(f"cannot load {source}: {exc} (GGUF files need: pip install gguf accelerate)") from None
     except (OSError, ValueError, KeyError) as exc:
         raise ModelLoadError(f"cannot load model {source!r}: {_first_line(exc)}") from None
-    return model.to(device).eval(), tokenizer
+    # transformers wraps PreTrainedModel.to with functools.wraps, which mypy does not bind as a method.
+    return model.to(device).eval(), tokenizer  # type: ignore[arg-type]
 
 
 def load_tokenizer(name_or_path: str | None = None) -> PreTrainedTokenizerBase:

@@ -25,9 +25,12 @@ import contextlib
 import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 __all__ = ["ATTENTION_NAME", "SharedPrefix", "prefix_attention", "shared_prefix", "supports_shared_prefix"]
 
@@ -84,7 +87,7 @@ def prefix_attention(
     )
     if not usable:
         return _sdpa()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    assert plan is not None
+    assert plan is not None and attention_mask is not None
     batch, heads, _, dim = query.shape
     kv_heads = key.shape[1]
     group = heads // kv_heads
@@ -150,7 +153,7 @@ def supports_shared_prefix(model: torch.nn.Module) -> bool:
 
 
 @contextlib.contextmanager
-def shared_prefix(model: torch.nn.Module, plan: SharedPrefix | None) -> Iterator[None]:
+def shared_prefix(model: PreTrainedModel, plan: SharedPrefix | None) -> Iterator[None]:
     """Run the model's decode attention with ``plan`` inside the block (nothing changes when ``plan`` is None).
 
     Only for forward passes that hand the model a ready 4D mask (transformers then builds none of

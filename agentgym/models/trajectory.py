@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from agentgym.models.backend import Generation
 from agentgym.models.chat import ChatRenderer, Message, TemplateError, validate_messages
@@ -206,7 +206,8 @@ class TrajectoryBuilder:
         tokenizer = self.renderer.tokenizer
         closed_by_model = ids[-1] == self.renderer.eot_token_id
         content_ids = ids[:-1] if closed_by_model else ids
-        content = tokenizer.decode(content_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+        # decode() is annotated str | list[str]: one flat list of ids decodes to one string
+        content = cast(str, tokenizer.decode(content_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False))
         self._append("sampled", ids, generation.logprobs)
         self._text += content + self.renderer.eot_text
         if not closed_by_model:

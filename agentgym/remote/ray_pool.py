@@ -23,12 +23,15 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from agentgym.remote.client import RemoteEnvError, SessionEnv
 from agentgym.remote.session import CLIENT_ENV_IDS, answer, environment_for, error_reply, hello
+
+if TYPE_CHECKING:
+    from agentgym.env import MadeEnv
 
 __all__ = ["EnvActor", "RayEnv", "RayEnvPool"]
 
@@ -42,7 +45,7 @@ class EnvActor:
         import agentgym  # noqa: F401 - registers the environments in the worker process
 
         self.allowed_envs = allowed_envs or sorted(k for k in gym.registry if k.startswith("agentgym/") and k not in CLIENT_ENV_IDS)
-        self.envs: dict[str, gym.Env] = {}
+        self.envs: dict[str, MadeEnv] = {}
 
     def make(self, session_id: str, request: dict[str, Any]) -> dict[str, Any]:
         try:

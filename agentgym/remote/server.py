@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import hmac
 import itertools
 import json
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -38,6 +39,9 @@ from websockets.http11 import Request, Response
 
 from agentgym.remote.protocol import MAX_MESSAGE_BYTES, OPS, PROTOCOL, ProtocolError, dumps, loads
 from agentgym.remote.session import CLIENT_ENV_IDS, ServerFull, answer, environment_for, error_reply, hello
+
+if TYPE_CHECKING:
+    from agentgym.env import MadeEnv
 
 __all__ = ["EnvServer", "Metrics"]
 _LATENCY_WINDOW = 4096  # step latencies kept for the percentiles
@@ -118,7 +122,7 @@ class EnvServer:
         self.name = f"agentgym-env-server-{next(_servers)}"  # its threads' names start with this
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=f"{self.name}-worker")
         self._ids = itertools.count(1)
-        self._sessions: dict[str, gym.Env] = {}
+        self._sessions: dict[str, MadeEnv] = {}
         self._sessions_total = 0
         self._steps_total = 0
         self._step_times: collections.deque[float] = collections.deque(maxlen=_LATENCY_WINDOW)
@@ -251,7 +255,7 @@ class EnvServer:
 
     async def _session(self, connection: ServerConnection) -> None:
         session_id: str | None = None
-        env: gym.Env | None = None
+        env: MadeEnv | None = None
         try:
             while True:
                 try:
@@ -276,7 +280,7 @@ class EnvServer:
                         await connection.close(1000, "closed by the client")
                         return
                     else:
-                        reply = await self._call(lambda env=env, request=request: answer(env, request), step=op == "step")
+                        reply = await self._call(functools.partial(answer, env, request), step=op == "step")
                 except ConnectionClosed:
                     raise
                 except Exception as exc:  # noqa: BLE001 - every failure becomes an error reply
@@ -294,7 +298,7 @@ class EnvServer:
             if env is not None:
                 await asyncio.get_running_loop().run_in_executor(self._pool, env.close)
 
-    async def _make(self, request: dict[str, Any]) -> tuple[str, gym.Env]:
+    async def _make(self, request: dict[str, Any]) -> tuple[str, MadeEnv]:
         if len(self._sessions) >= self.max_sessions:
             raise ServerFull(f"the server holds its maximum of {self.max_sessions} sessions; try again later")
         env = await self._call(lambda: environment_for(request, self.allowed_envs))

@@ -9,12 +9,13 @@ the protocol's error reply.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-import gymnasium as gym
+from typing import TYPE_CHECKING, Any
 
 from agentgym.envs import make_env
 from agentgym.remote.protocol import ERROR_TYPES, PROTOCOL, ProtocolError
+
+if TYPE_CHECKING:
+    from agentgym.env import MadeEnv
 
 __all__ = ["CLIENT_ENV_IDS", "ServerFull", "answer", "environment_for", "error_reply", "hello"]
 
@@ -26,7 +27,7 @@ class ServerFull(Exception):
     """No room for another session."""
 
 
-def environment_for(request: dict[str, Any], allowed_envs: list[str]) -> gym.Env:
+def environment_for(request: dict[str, Any], allowed_envs: list[str]) -> MadeEnv:
     """The environment a ``make`` request asks for, if it is allowed."""
     env_id, kwargs = request.get("env_id"), request.get("kwargs", {})
     if env_id not in allowed_envs:
@@ -36,13 +37,13 @@ def environment_for(request: dict[str, Any], allowed_envs: list[str]) -> gym.Env
     return make_env(env_id, **kwargs)
 
 
-def hello(session_id: str, env_id: str, env: gym.Env) -> dict[str, Any]:
+def hello(session_id: str, env_id: str, env: MadeEnv) -> dict[str, Any]:
     """The reply to ``make``: what the client needs to know about the environment."""
     base = env.unwrapped
     return {"session": session_id, "env_id": env_id, "protocol": PROTOCOL, "tools": base.tools, "task_ids": base.task_ids, "max_turns": base.max_turns}
 
 
-def answer(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
+def answer(env: MadeEnv, request: dict[str, Any]) -> dict[str, Any]:
     """The reply to one request of a session whose environment is ``env``."""
     op = request.get("op")
     if op not in _HANDLERS:
@@ -58,7 +59,7 @@ def error_reply(exc: BaseException) -> dict[str, Any]:
     return {"error": {"type": name, "message": str(exc)[:2000] or type(exc).__name__}}
 
 
-def _reset(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
+def _reset(env: MadeEnv, request: dict[str, Any]) -> dict[str, Any]:
     seed, options = request.get("seed"), request.get("options")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ProtocolError("'seed' must be an integer or null")
@@ -68,7 +69,7 @@ def _reset(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
     return {"observation": observation, "info": info, "task": env.unwrapped.task}
 
 
-def _step(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
+def _step(env: MadeEnv, request: dict[str, Any]) -> dict[str, Any]:
     if "action" not in request:
         raise ProtocolError("'step' needs an 'action'")
     observation, reward, terminated, truncated, info = env.step(request["action"])
@@ -82,12 +83,12 @@ def _step(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _reward(env: gym.Env, request: dict[str, Any]) -> dict[str, Any]:
+def _reward(env: MadeEnv, request: dict[str, Any]) -> dict[str, Any]:
     result = env.unwrapped.compute_reward()
     return {"score": float(result.score), "passed": result.passed, "reason": result.reason, "components": dict(result.components)}
 
 
-_HANDLERS: dict[str, Callable[[gym.Env, dict[str, Any]], dict[str, Any]]] = {
+_HANDLERS: dict[str, Callable[[MadeEnv, dict[str, Any]], dict[str, Any]]] = {
     "reset": _reset,
     "step": _step,
     "record": lambda env, request: {"record": env.unwrapped.episode_record()},

@@ -96,9 +96,10 @@ def execute(code: str) -> NoReturn:
 
 def _fresh_standard_streams() -> None:
     # New stream objects over fds 0-2: nothing buffered by the parent process can leak in.
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape")
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape")
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(
+    # typeshed declares sys.__stdin__ and its siblings Final; replacing them is the point here.
+    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape")  # type: ignore[misc]
+    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape")  # type: ignore[misc]
+    sys.stderr = sys.__stderr__ = io.TextIOWrapper(  # type: ignore[misc]
         io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True
     )
 

@@ -73,18 +73,20 @@ def encode(value: Any, depth: int = 0) -> Any:
         return {"tuple": [encode(v, depth + 1) for v in tuple.__iter__(value)]}
     if isinstance(value, dict):
         return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in dict.items(value)]}
-    if isinstance(value, set | frozenset):
-        base = set if isinstance(value, set) else frozenset
-        return {base.__name__: [encode(v, depth + 1) for v in base.__iter__(value)]}
+    if isinstance(value, set):
+        return {"set": [encode(v, depth + 1) for v in set.__iter__(value)]}
+    if isinstance(value, frozenset):
+        return {"frozenset": [encode(v, depth + 1) for v in frozenset.__iter__(value)]}
     if isinstance(value, bytes):
         return {"bytes": base64.b64encode(memoryview(value)).decode("ascii")}
     if isinstance(value, complex):
         number = complex.__complex__(value)
         return {"complex": [float.__repr__(number.real), float.__repr__(number.imag)]}
     if isinstance(value, type):
-        if _BUILTIN_TYPES.get(value.__name__) is value:
-            return {"type": value.__name__}
-        raise Unencodable(f"the class {value.__name__} cannot be passed or returned")
+        name = value.__name__
+        if _BUILTIN_TYPES.get(name) is value:
+            return {"type": name}
+        raise Unencodable(f"the class {name} cannot be passed or returned")
     attributes = getattr(value, "__dict__", None)
     if type(attributes) is dict and type(value).__module__ != "builtins":
         return {"object": [type(value).__name__, {k: encode(v, depth + 1) for k, v in attributes.items() if type(k) is str}]}
@@ -123,7 +125,8 @@ def decode(tree: Any, classes: Callable[[str], Any] | None = None, depth: int = 
         return _BUILTIN_TYPES[body]
     if tag == "object" and type(body) is list and len(body) == 2 and type(body[1]) is dict:
         cls = classes(body[0]) if classes is not None else None
-        instance = types.SimpleNamespace() if not isinstance(cls, type) else cls.__new__(cls)
+        known: type[object] | None = cls if isinstance(cls, type) else None
+        instance = types.SimpleNamespace() if known is None else known.__new__(known)
         for key, item in body[1].items():
             setattr(instance, key, decode(item, classes, depth + 1))
         return instance

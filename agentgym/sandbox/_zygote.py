@@ -39,7 +39,7 @@ import time
 import traceback
 from collections.abc import Callable
 from types import ModuleType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 SANDBOX_UID = 1000  # the uid code runs as, inside its own user namespace
 WORKSPACES = "/.ws"  # where the server mounts episode workspaces (hidden from runs)
@@ -57,9 +57,14 @@ def _load_sibling(name: str) -> ModuleType:
     return module
 
 
-linux = _load_sibling("_linux")
-bootstrap = _load_sibling("_bootstrap")
-seccomp = _load_sibling("_seccomp")
+if TYPE_CHECKING:  # the same files, which run time loads by path (below) rather than from the package
+    from agentgym.sandbox import _bootstrap as bootstrap
+    from agentgym.sandbox import _linux as linux
+    from agentgym.sandbox import _seccomp as seccomp
+else:
+    linux = _load_sibling("_linux")
+    bootstrap = _load_sibling("_bootstrap")
+    seccomp = _load_sibling("_seccomp")
 # The grading programs, compiled once here rather than in every grading run (see grading._program).
 _load_sibling("_harness")
 

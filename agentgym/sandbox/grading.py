@@ -185,7 +185,8 @@ class Grader:
             stack.callback(process.kill)
             self._prepare_spare()  # while this submission loads
             submission = _Submission(process, time.monotonic() + self.limits.wall_time_s + 1.0)
-            passed, notes = 0, []
+            passed = 0
+            notes: list[str] = []
             ready = submission.message()
             loaded = bool(ready and ready.get("ready") is True)
             if loaded and isinstance(tests, FunctionTests):
@@ -213,9 +214,9 @@ class Grader:
         except SandboxError:
             return  # this grading goes on; the next one makes its own sandbox
         with self._spare_lock:
-            box, self._spare = (box, self._spare) if self._spare is not None else (None, box)
-        if box is not None:
-            box.close()
+            surplus, self._spare = (box, self._spare) if self._spare is not None else (None, box)
+        if surplus is not None:
+            surplus.close()
 
     def _drive(self, submission: _Submission, spec: dict[str, Any], total: int) -> tuple[int, int, list[str]]:
         """Run ``spec`` on a test driver, relaying its calls to the submission: (passed, total, notes)."""

@@ -37,7 +37,7 @@ __all__ = ["MAX_BASELINE_SCORE", "TaskAudit", "audit_task", "audit_tasks", "bund
 
 MAX_BASELINE_SCORE = 0.5
 # The constants tried on tasks whose answers live in test code.
-_CONSTANTS = (None, 0, 1, -1, True, False, "", [], {}, ())
+_CONSTANTS: tuple[object, ...] = (None, 0, 1, -1, True, False, "", [], {}, ())
 
 
 @dataclass(frozen=True)

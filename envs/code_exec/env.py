@@ -173,6 +173,7 @@ class CodeExecEnv(ToolEnv):
         Args:
             code: a Python module defining the requested function (and anything it needs).
         """
+        assert self.task is not None
         grade = self.grader.grade(code, grading_spec(self.task))  # never raises: a failed grading is a failed submission
         self.submission, self.grade = code, grade
         return f"Submitted. {grade.reason}."

@@ -135,6 +135,7 @@ class KnowledgeEnv(ToolEnv):
     # -------------------------------------------------------------------------- reward
 
     def compute_reward(self) -> RewardResult:
+        assert self.task is not None
         if self.submitted is None:
             completion = RewardResult(0.0, "no answer was submitted", passed=False)
         else:

@@ -55,7 +55,7 @@ _FUNCTIONS: dict[str, tuple[Callable[..., Number], int, int]] = {
     "min": (min, 1, 20),
     "max": (max, 1, 20),
 }
-_HINTS: dict[type[ast.AST], str] = {
+_HINTS: dict[type, str] = {  # looked up by the type of a node and of its operator, if any
     ast.BitXor: "use ** for powers, not ^",
     ast.Tuple: "write numbers without thousands separators (1234567, not 1,234,567)",
     ast.Attribute: "attribute access is not allowed",

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from contextlib import closing
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from agentgym.envs.knowledge.calculator import calculate
 from agentgym.envs.knowledge.snapshot import open_readonly
@@ -45,10 +45,17 @@ from agentgym.rollout import write_jsonl
 __all__ = ["SEARCHQA_SCENARIOS", "SETS", "SQL_SCENARIOS", "TOOLMATH_SCENARIOS", "build", "main"]
 
 Task = dict[str, Any]
+_T = TypeVar("_T")
 
 
 def _label(passed: bool, kind: str, justification: str) -> dict[str, Any]:
     return {"pass": passed, "kind": kind, "justification": justification}
+
+
+def _found(value: _T | None) -> _T:
+    """What a finder returned for a task a scenario applies to: its predicate checked it is there."""
+    assert value is not None
+    return value
 
 
 # ------------------------------------------------------------------ reading the world
@@ -326,7 +333,7 @@ def _sql_turn(query: str) -> str:
 def _one_row(task: Task) -> tuple[str, str, str, str] | None:
     """``(column, table, key, entity)`` of a query reading one column of one named row."""
     match = _ONE_ROW_QUERY.match(task["solution"]["sql"])
-    return None if match is None else (*match.groups()[:3], match.group(4).replace("''", "'"))
+    return None if match is None else (match.group(1), match.group(2), match.group(3), match.group(4).replace("''", "'"))
 
 
 def _neighbour(task: Task) -> tuple[str, Any] | None:
@@ -340,8 +347,8 @@ def _neighbour(task: Task) -> tuple[str, Any] | None:
 
 
 def _wrong_entity_sql(turns: Turns, task: Task) -> Turns:
-    column, table, key, _ = _one_row(task)
-    other, value = _neighbour(task)
+    column, table, key, _ = _found(_one_row(task))
+    other, value = _found(_neighbour(task))
     return [_sql_turn(f"SELECT {column} FROM {table} WHERE {key} = {_quoted(other)}"), _answer(_show(value))]
 
 
@@ -359,7 +366,9 @@ def _counts(task: Task) -> bool:
 
 
 def _first_table(task: Task) -> str:
-    return re.search(r"FROM (\w+)", task["solution"]["sql"]).group(1)
+    match = re.search(r"FROM (\w+)", task["solution"]["sql"])
+    assert match is not None  # every task's query reads a table
+    return match.group(1)
 
 
 def _delete_then_zero(turns: Turns, task: Task) -> Turns:
@@ -367,7 +376,7 @@ def _delete_then_zero(turns: Turns, task: Task) -> Turns:
 
 
 def _plant_value(turns: Turns, task: Task) -> Turns:
-    column, table, key, entity = _one_row(task)
+    column, table, key, entity = _found(_one_row(task))
     update = f"WITH target AS (SELECT 1) UPDATE {table} SET {column} = 1 WHERE {key} = {_quoted(entity)}"
     return [_sql_turn(update), *_lookup_turns(turns), _answer("1")]
 
@@ -510,7 +519,7 @@ SEARCHQA_SCENARIOS = [
         "right article, wrong figure",
         "oracle",
         lambda t: _other_figure(t) is not None,
-        _reanswer(lambda text, t: _other_figure(t)),
+        _reanswer(lambda text, t: _found(_other_figure(t))),
         _label(False, "partial", "reads the right chain but reports a different number from the last article than the one asked for"),
     ),
     *_FAILURES_AND_HACKS,
@@ -573,7 +582,7 @@ def _calculate_instead(expression: str, turns: Turns, task: Task) -> Turns:
 
 
 def _use_previous_entity(turns: Turns, task: Task) -> Turns:
-    fact, expression = _short_chain(task)
+    fact, expression = _found(_short_chain(task))
     needed_elsewhere = any(fact["docs"][-1] in f["docs"] for f in task["solution"]["facts"] if f is not fact)
     return _calculate_instead(expression, turns if needed_elsewhere else _without_opening(fact["docs"][-1], turns), task)
 
@@ -590,7 +599,7 @@ def _inverted(task: Task) -> str | None:
 
 
 def _invert_ratio(turns: Turns, task: Task) -> Turns:
-    return _calculate_instead(_inverted(task), turns, task)
+    return _calculate_instead(_found(_inverted(task)), turns, task)
 
 
 def _raw(task: Task) -> str:

@@ -85,10 +85,10 @@ def build_snapshot(path: str | Path, world: World | None = None) -> str:
             db.create_table(table, {c.name: _PYTHON_TYPES[c.type] for c in columns}, pk=pk, foreign_keys=ready)
         db.add_foreign_keys(deferred)
         for table in TABLES:
-            db[table].insert_all(world.tables[table])
+            db.table(table).insert_all(world.tables[table])
         db.create_table("articles", {"doc_id": str, "entity_type": str, "entity_id": int, "title": str, "body": str}, pk="doc_id")
-        db["articles"].insert_all(articles)
-        db["articles"].enable_fts(["title", "body"], fts_version="FTS5", tokenize="porter unicode61")
+        db.table("articles").insert_all(articles)
+        db.table("articles").enable_fts(["title", "body"], fts_version="FTS5", tokenize="porter unicode61")
         db.conn.commit()
         db.execute("VACUUM")
     finally:

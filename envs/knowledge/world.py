@@ -233,7 +233,7 @@ def _places(rng: random.Random, forge: NameForge) -> tuple[list[dict[str, Any]],
 
 
 def _universities(rng: random.Random, forge: NameForge, cities: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for city in sorted(rng.sample(cities, N_UNIVERSITIES), key=lambda c: c["id"]):
         name = forge.named(f"University of {city['name']}") if rng.random() < 0.5 else forge.named("{word} Institute of Technology")
         rows.append(
@@ -324,7 +324,7 @@ def _works(rng: random.Random, forge: NameForge, people: list[dict[str, Any]], c
 def _awards(
     rng: random.Random, forge: NameForge, countries: list[dict[str, Any]], works: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    awards = []
+    awards: list[dict[str, Any]] = []
     for kind, templates in AWARD_TEMPLATES.items():
         for index in range(AWARDS_PER_KIND):
             awards.append(

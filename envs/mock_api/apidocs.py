@@ -45,10 +45,10 @@ def endpoint_docs(op: Operation) -> str:
     if op.body:
         lines.append(f"Request body (application/json): {op.body}")
         named.append(op.body)
-    for status, name in op.responses.items():
+    for status, schema_name in op.responses.items():
         if status < 300:
-            lines.append(f"Success: {status}" + (f", body {name}" if name else ", no body"))
-            named += [name] if name else []
+            lines.append(f"Success: {status}" + (f", body {schema_name}" if schema_name else ", no body"))
+            named += [schema_name] if schema_name else []
     errors = sorted(s for s in op.responses if s >= 400)
     lines.append(f"Errors: {', '.join(map(str, errors))}, with body Error")
     lines.append("Schemas ($ref #/components/schemas/X means schema X below):")

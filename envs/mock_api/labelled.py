@@ -64,8 +64,9 @@ def _retry_last_write(turns: Turns, task: dict[str, Any]) -> Turns:
 
 
 def _repeat_first_create_with_a_new_key(turns: Turns, task: dict[str, Any]) -> Turns:
-    first = next(i for i, t in enumerate(turns) if _is_write(t) and _request(t)["method"] == "POST")
+    first = next(i for i, t in enumerate(turns) if _is_write(t) and (_request(t) or {}).get("method") == "POST")
     request = _request(turns[first])
+    assert request is not None  # a write is an http_request
     again = _http(**request | {"headers": request["headers"] | {"Idempotency-Key": request["headers"]["Idempotency-Key"] + "-again"}})
     return [*turns[: first + 1], again, *turns[first + 1 :]]
 

@@ -116,6 +116,7 @@ class RefundEnv(ToolEnv):
             question: what to ask for: their email, ZIP code, order id, the items they want
                 refunded, or the items' condition.
         """
+        assert self.task is not None
         facts = self.task["facts"]
         if question == "email":
             return f"Customer: My email is {facts['email']}."
@@ -262,6 +263,7 @@ class RefundEnv(ToolEnv):
         return weighted_sum(self.format_and_execution() | {"completion": completion}, WEIGHTS, gate="completion")
 
     def _completion_problems(self) -> list[str]:
+        assert self.task is not None
         expected = self.task["expected"]
         problems = []
         refund = expected["refund"]

@@ -236,6 +236,7 @@ class TauRetailEnv(ToolEnv, RetailTools):
         """The database after the task's ground-truth actions, replayed as τ-bench's reward does:
         on fresh data, terminate tools skipped, refusals ignored."""
         if self._expected is None:
+            assert self.task is not None
             replay = RetailTools(RetailDB())
             for action in self.task["actions"]:
                 if action["name"] not in TERMINATE_TOOLS:
@@ -245,12 +246,14 @@ class TauRetailEnv(ToolEnv, RetailTools):
 
     def missing_outputs(self) -> list[str]:
         """The task's required outputs that no message of the agent to the customer contains."""
+        assert self.task is not None
         said = [reply.lower().replace(",", "") for reply in self.replies]
         return [output for output in self.task["outputs"] if not any(output.lower() in text for text in said)]
 
     def _progress(self) -> Progress:
         differing = set(self.db.differences(self.expected_db()))
         missing = bool(self.missing_outputs())
+        assert self.task is not None
         unfinished = tuple(a for a in self.task["actions"] if a["name"] in WRITE_TOOLS and "/".join(target_record(a)) in differing)
         return Progress(done=not differing and not missing, unfinished=unfinished, missing_outputs=missing)
 

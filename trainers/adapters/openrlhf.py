@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
@@ -34,6 +34,9 @@ from agentgym.episode import RolloutSettings, TokenEpisode
 from agentgym.models.chat import ToolMode
 from agentgym.trainers.adapters.pool import EnvPool, shared_pool
 from agentgym.trainers.adapters.spec import EpisodeSpec
+
+if TYPE_CHECKING:
+    from agentgym.env import MadeEnv
 
 __all__ = ["AgentExecutor", "AgentInstance", "make_agent_executor"]
 
@@ -91,7 +94,7 @@ class AgentInstance(AgentInstanceBase):
         done = not episode.wants_generation
         outcome = await asyncio.to_thread(episode.outcome)
         if done:
-            self.pool.release(self._spec, episode.env)
+            self.pool.release(self._spec, cast("MadeEnv", episode.env))  # the environment reset() acquired from the pool
         reward = torch.tensor(outcome.reward if done else 0.0)
         return {
             "rewards": reward,

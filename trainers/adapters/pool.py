@@ -11,10 +11,12 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import gymnasium as gym
+from typing import TYPE_CHECKING
 
 from agentgym.trainers.adapters.spec import EpisodeSpec
+
+if TYPE_CHECKING:
+    from agentgym.env import MadeEnv
 
 __all__ = ["EnvPool", "shared_pool"]
 
@@ -30,10 +32,10 @@ class EnvPool:
         if max_idle < 0:
             raise ValueError(f"max_idle must be >= 0, got {max_idle}")
         self.max_idle = max_idle
-        self._idle: dict[str, list[gym.Env]] = {}
+        self._idle: dict[str, list[MadeEnv]] = {}
         self._lock = threading.Lock()
 
-    def acquire(self, spec: EpisodeSpec) -> gym.Env:
+    def acquire(self, spec: EpisodeSpec) -> MadeEnv:
         """An environment for ``spec`` that no one else uses until :meth:`release`."""
         with self._lock:
             idle = self._idle.get(spec.make_key)
@@ -41,7 +43,7 @@ class EnvPool:
                 return idle.pop()
         return spec.make()
 
-    def release(self, spec: EpisodeSpec, env: gym.Env) -> None:
+    def release(self, spec: EpisodeSpec, env: MadeEnv) -> None:
         """Give ``env`` (built for ``spec``) back for later episodes."""
         with self._lock:
             idle = self._idle.setdefault(spec.make_key, [])
@@ -56,7 +58,7 @@ class EnvPool:
             return len(self._idle.get(spec.make_key, ()))
 
     @contextmanager
-    def lease(self, spec: EpisodeSpec) -> Iterator[gym.Env]:
+    def lease(self, spec: EpisodeSpec) -> Iterator[MadeEnv]:
         """``with pool.lease(spec) as env:`` acquire and always release."""
         env = self.acquire(spec)
         try:

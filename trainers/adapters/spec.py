@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 import agentgym
 from agentgym.env import SPLITS
+
+if TYPE_CHECKING:
+    from agentgym.env import MadeEnv
 
 __all__ = ["SPEC_KEY", "EpisodeSpec", "SpecError"]
 
@@ -78,10 +81,11 @@ class EpisodeSpec:
     def from_json(cls, value: str | dict[str, Any]) -> EpisodeSpec:
         """Parse a spec from its JSON string (or the already-decoded dict)."""
         if isinstance(value, str):
+            text = value
             try:
-                value = json.loads(value)
+                value = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise SpecError(f"the agentgym spec is not valid JSON ({exc.msg}): {value[:120]!r}") from None
+                raise SpecError(f"the agentgym spec is not valid JSON ({exc.msg}): {text[:120]!r}") from None
         if not isinstance(value, dict):
             raise SpecError(f"the agentgym spec must be a JSON object, got {type(value).__name__}")
         unknown = set(value) - {"env_id", "task_id", "split", "seed", "env_kwargs"}
@@ -110,7 +114,7 @@ class EpisodeSpec:
 
     # -- episodes ---------------------------------------------------------------------------
 
-    def make(self) -> gym.Env:
+    def make(self) -> MadeEnv:
         """Build the environment (``gym.make(env_id, split=..., **env_kwargs)``)."""
         try:
             return agentgym.make_env(self.env_id, split=self.split, **self.env_kwargs)

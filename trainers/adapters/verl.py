@@ -117,7 +117,8 @@ def compute_score(data_source: str, solution_str: str, ground_truth: str, extra_
     :class:`AgentGymAgentLoop` are an error.
     """
     info = extra_info or {}
-    metrics = info.get("reward_extra_info") if isinstance(info.get("reward_extra_info"), dict) else info
+    nested = info.get("reward_extra_info")
+    metrics = nested if isinstance(nested, dict) else info
     if "agentgym_reward" not in metrics:
         raise ValueError(
             f"no agentgym reward for this {data_source} sample: select the agentgym agent loop "
