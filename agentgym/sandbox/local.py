@@ -15,6 +15,7 @@ instead of waiting for a new one to set up.
 from __future__ import annotations
 
 import collections
+import contextlib
 import glob
 import itertools
 import json
@@ -195,6 +196,9 @@ class LocalBackend(Backend):
                 self._flush_queued()
             finally:
                 self._lock.release()
+            if prepared is not None:
+                with contextlib.suppress(SandboxError):
+                    prepared[0].wait()  # gone when close returns, as a finished run is
         group = self._groups.pop(workspace, None)
         if group is not None:
             self._cgroups.release(group)  # reused once the workspace's last run has exited
