@@ -29,7 +29,7 @@ from agentgym.verifiers.result import RewardResult
 if TYPE_CHECKING:
     from agentgym.remote.client import SessionEnv
 
-__all__ = ["SPLITS", "AgentEnv", "EpisodeOver", "Message", "ToolEnv", "agent_env"]
+__all__ = ["SPLITS", "AgentEnv", "EpisodeOver", "Message", "ToolEnv", "agent_env", "check_task_ids"]
 
 Message = dict[str, Any]
 SPLITS = ("train", "val", "test")
@@ -362,13 +362,25 @@ def _replayable(kwargs: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def check_task_ids(task_ids: Sequence[str], available: Sequence[str], *, source: str = "") -> list[str]:
+    """``task_ids`` as a list, each checked to be one of ``available`` (the one task-id check of
+    environments, rollouts and trainers).
+
+    Raises:
+        ValueError: ``unknown task ids[ for SOURCE]: ...`` naming up to five, or an empty list.
+    """
+    if not task_ids:
+        raise ValueError("task_ids is empty")
+    known = set(available)
+    unknown = sorted({str(i) for i in task_ids if i not in known})
+    if unknown:
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise ValueError(f"unknown task ids{f' for {source}' if source else ''}: {', '.join(unknown[:5])}{more}")
+    return list(task_ids)
+
+
 def _select(tasks: list[dict[str, Any]], task_ids: Sequence[str] | None) -> list[dict[str, Any]]:
     if task_ids is None:
         return tasks
     by_id = {t["task_id"]: t for t in tasks}
-    unknown = [i for i in task_ids if i not in by_id]
-    if unknown:
-        raise ValueError(f"unknown task ids: {', '.join(map(str, unknown[:5]))}")
-    if not task_ids:
-        raise ValueError("task_ids is empty")
-    return [by_id[i] for i in task_ids]
+    return [by_id[i] for i in check_task_ids(task_ids, list(by_id))]

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 import numpy as np
 
-from agentgym.env import SPLITS, agent_env
+from agentgym.env import SPLITS, agent_env, check_task_ids
 from agentgym.envs import make_env
 from agentgym.episode import RolloutSettings, StopReason, TokenEpisode, turn_seed
 from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
@@ -232,10 +232,7 @@ def _make_env(config: RolloutConfig) -> MadeEnv:
 
 def _plan(config: RolloutConfig, available: Sequence[str]) -> list[_Planned]:
     if config.task_ids is not None:
-        unknown = sorted(set(config.task_ids) - set(available))
-        if unknown:
-            raise ValueError(f"unknown task ids for {config.env_id} ({config.split}): {', '.join(unknown[:5])}")
-        tasks = list(config.task_ids)
+        tasks = check_task_ids(config.task_ids, available, source=f"{config.env_id} ({config.split})")
     else:
         order = np.random.default_rng(config.seed).permutation(len(available))
         tasks = [available[int(order[g % len(available)])] for g in range(config.num_tasks)]

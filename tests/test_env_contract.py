@@ -79,3 +79,13 @@ def test_unknown_task_id_and_split_are_clear_errors(env_id, make_env):
         env.reset(options={"task_id": "no-such-task"})
     with pytest.raises(ValueError, match="split must be one of"):
         gym.make(env_id, split="dev")
+
+
+def test_task_ids_are_checked_in_one_place() -> None:
+    from agentgym.env import check_task_ids
+
+    assert check_task_ids(("b", "a"), ["a", "b", "c"]) == ["b", "a"]
+    with pytest.raises(ValueError, match=r"^unknown task ids for X: u0, u1, u2, u3, u4 and 2 more$"):
+        check_task_ids([f"u{i}" for i in range(7)], ["a"], source="X")
+    with pytest.raises(ValueError, match="empty"):
+        check_task_ids([], ["a"])

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 import numpy as np
 import torch
 
+from agentgym.env import check_task_ids
 from agentgym.models import DEFAULT_MODEL, ChatRenderer, collate
 from agentgym.models.loading import resolve_device
 from agentgym.runner import Episode, RolloutConfig, run_rollouts
@@ -580,10 +581,10 @@ def _checked_tasks(config: TrainConfig, split: str, available: Sequence[str], ta
     """``task_ids`` checked against the tasks of ``split``, or all of them."""
     if task_ids is None:
         return list(available)
-    unknown = sorted(set(task_ids) - set(available))
-    if unknown:
-        raise TrainerError(f"unknown task ids for {config.env_id} ({split}): {', '.join(unknown[:5])}")
-    return list(task_ids)
+    try:
+        return check_task_ids(task_ids, available, source=f"{config.env_id} ({split})")
+    except ValueError as exc:
+        raise TrainerError(str(exc)) from None
 
 
 def _demonstrations(config: TrainConfig, available: Sequence[str], train_pool: Sequence[str]) -> list[dict[str, Any]]:
