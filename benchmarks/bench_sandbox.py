@@ -9,7 +9,10 @@ Three measurements, each against its baseline in the same run:
 2. ``env``: the same snippet through ``env.step(run_python)`` of CodeExec-v0 (one environment
    per thread), at concurrency 1 and 2, against plain ``python -c``; targets: >= 10x plain at
    concurrency 1, and concurrency 2 >= 1.8x concurrency 1.
-3. ``humaneval`` (with ``--humaneval PATH`` to HumanEval.jsonl.gz): every canonical solution
+3. ``think``: ``env.step(run_python)`` latency when the model takes ``--think-ms`` between steps,
+   as in a rollout: with CodeExec's prepared runs (the next run sets up during the gap) against
+   the same environment with ``Sandbox.prepare`` switched off, alternating.
+4. ``humaneval`` (with ``--humaneval PATH`` to HumanEval.jsonl.gz): every canonical solution
    graded sequentially through CodeExec's ``submit`` (all must pass), then every bare prompt
    (all must fail); tasks per second, p50/p99 and CPU per task. Target: >= 150 tasks/s.
 
@@ -162,6 +165,33 @@ class EnvWorker:
         self.env.close()
 
 
+def think_latency(steps: int, think_s: float, rounds: int = 3) -> dict[str, float]:
+    """p50/p99 of ``env.step(run_python)`` after a pause of ``think_s``, with and without prepared runs."""
+    import agentgym.sandbox.sandbox as sandbox_module
+
+    prepare = sandbox_module.Sandbox.prepare
+    worker = EnvWorker()
+    latencies: dict[str, list[float]] = {"prepared": [], "unprepared": []}
+    try:
+        for _ in range(rounds):
+            for mode in latencies:
+                sandbox_module.Sandbox.prepare = prepare if mode == "prepared" else (lambda self: None)  # type: ignore[method-assign]
+                worker()
+                for _ in range(steps // rounds):
+                    time.sleep(think_s)
+                    start = time.perf_counter()
+                    worker()
+                    latencies[mode].append(time.perf_counter() - start)
+    finally:
+        sandbox_module.Sandbox.prepare = prepare  # type: ignore[method-assign]
+        worker.close()
+    out = {}
+    for mode, values in latencies.items():
+        m = Measurement(len(values), sum(values), values, 0.0)
+        out |= {f"{mode}_p50_ms": round(m.percentile(0.5), 2), f"{mode}_p99_ms": round(m.percentile(0.99), 2)}
+    return out
+
+
 def plain_worker() -> Callable[[], None]:
     def work() -> None:
         done = subprocess.run([PYTHON, "-c", SNIPPET], capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
@@ -245,6 +275,7 @@ def main() -> None:
     parser.add_argument("--plain-runs", type=int, default=80, help="plain subprocess executions per level")
     parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     parser.add_argument("--env-runs", type=int, default=400, help="env.step(run_python) calls per concurrency level (0: skip)")
+    parser.add_argument("--think-ms", type=float, default=10.0, help="pause between steps for the think-time latency (0: skip)")
     parser.add_argument("--humaneval", help="HumanEval.jsonl.gz: also grade its 164 tasks through CodeExec's submit")
     parser.add_argument("--slices", type=int, default=4, help="alternate measured/plain in this many slices per level")
     parser.add_argument("--json", help="also write the results to this file")
@@ -268,6 +299,14 @@ def main() -> None:
         scaling = env_rows[1]["per_s"] / env_rows[0]["per_s"]
         print(f"concurrency 1: {env_rows[0]['ratio']:.1f}x plain python -c (target >= 10x); concurrency 2 / concurrency 1: {scaling:.2f}x (target >= 1.8x)")
         report |= {"env": env_rows, "env_scaling": round(scaling, 2)}
+
+    if args.env_runs and args.think_ms:
+        think = think_latency(args.env_runs // 2, args.think_ms / 1000)
+        print(
+            f"\nenv.step(run_python) after {args.think_ms:g} ms of model time: p50 {think['prepared_p50_ms']} ms (p99 {think['prepared_p99_ms']}) "
+            f"with prepared runs, {think['unprepared_p50_ms']} ms (p99 {think['unprepared_p99_ms']}) without"
+        )
+        report["think"] = think
 
     if args.humaneval:
         he = grade_humaneval(args.humaneval)
