@@ -1,63 +1,6 @@
-"""Write a Python function, test it in a sandbox, submit it against hidden tests.
-
-## Description
-
-The agent gets a programming task: a function to write, its specification and a few visible
-examples. It can run any Python code in the episode's sandbox (``run_python``), where files it
-writes persist for the rest of the episode, and it ends the episode by submitting a module
-(``submit``) that is graded against hidden tests. Everything runs in the sandbox of
-:mod:`agentgym.sandbox` (Linux namespaces, or Docker): no network, none of the host's files, an
-unprivileged user, resource limits; see ``docs/security.md``.
-
-Task sources: the bundled set (310 generated tasks from 69 problem families, split by family
-into train/val/test) or a HumanEval- or MBPP-format JSONL file (plain or gzipped) passed as
-``tasks=PATH``.
-
-## Action Space
-
-One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
-message dict with ``tool_calls``. Tools: ``run_python(code)`` and ``submit(code)``.
-
-## Observation Space
-
-A list of new chat messages (:class:`agentgym.spaces.ChatMessages`). ``reset`` returns the
-system message (how the sandbox and the tools work) and the task as a user message. ``step``
-returns one ``tool`` message per call: for ``run_python`` the exit status, standard output and
-standard error with marks where output was truncated or the time limit struck; for ``submit``
-how many hidden tests passed. A turn without a tool call gets a short nudge from the user.
-
-## Rewards
-
-Given once, on the final step: the fraction of hidden tests the submission passes, in [0, 1]
-(HumanEval tasks: 1.0 iff the dataset's ``check`` passes; MBPP tasks: the fraction of
-``test_list`` asserts), or -1.0 when the submission crashes, exits or times out before any test
-runs (while loading, or on the first call before any answer). No submission scores 0. The grader compares results outside the submission's interpreter
-(exact builtin types), so printed verdicts, exit codes and objects with a lying ``__eq__`` count
-for nothing. Components: ``tests`` (the score) and ``submitted`` (a zero-weight gate).
-``info["success"]`` is true when every hidden test passed.
-
-## Starting State
-
-A task from the chosen split (or file), drawn with the env's seeded RNG or named by
-``options={"task_id": ...}``, and an empty sandbox workspace.
-
-## Episode End
-
-Terminates when ``submit`` runs. Truncates after ``max_turns`` assistant turns (default 10).
-
-## Arguments
-
-``split`` (``train``/``val``/``test``), ``tasks`` (a JSONL/JSONL.gz path in CodeExec, HumanEval
-or MBPP format, or a list of task dicts), ``task_ids``, ``max_turns``, ``max_tool_calls`` per turn,
-``render_mode`` (``"ansi"``), ``backend`` (``"auto"``, ``"local"`` or ``"docker"``), ``limits``
-(:class:`agentgym.sandbox.Limits` of each ``run_python`` call) and ``grading_limits`` (of each
-grading sandbox).
-
-## Version History
-
-- v0: initial release (310 bundled tasks; HumanEval and MBPP loaders).
-"""
+"""Write a Python function, test it in a sandbox, submit it against hidden tests: :class:`CodeExecEnv`
+(agentgym/CodeExec-v0), its tools, limits and grading. The class docstring documents the
+environment in Gymnasium's sections; ``docs/envs/code_exec.md`` is generated from it."""
 
 from __future__ import annotations
 
@@ -94,7 +37,69 @@ Test your code with run_python before you submit."""
 
 
 class CodeExecEnv(ToolEnv):
-    """agentgym/CodeExec-v0: write, test and submit Python code (see the module docstring)."""
+    """agentgym/CodeExec-v0: write, test and submit Python code.
+
+    ## Description
+
+    The agent gets a programming task: a function to write, its specification and a few visible
+    examples. It can run any Python code in the episode's sandbox (``run_python``), where files it
+    writes persist for the rest of the episode, and it ends the episode by submitting a module
+    (``submit``) that is graded against hidden tests. Everything runs in the sandbox of
+    :mod:`agentgym.sandbox` (Linux namespaces, or Docker): no network, none of the host's files, an
+    unprivileged user, resource limits; see ``docs/security.md``.
+
+    Task sources: the bundled set (310 generated tasks from 69 problem families, split by family
+    into train/val/test) or a HumanEval- or MBPP-format JSONL file (plain or gzipped) passed as
+    ``tasks=PATH``.
+
+    ## Action Space
+
+    One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
+    message dict with ``tool_calls``. Tools: ``run_python(code)`` and ``submit(code)``.
+
+    ## Observation Space
+
+    A list of new chat messages (:class:`agentgym.spaces.ChatMessages`). ``reset`` returns the
+    system message (how the sandbox and the tools work) and the task as a user message. ``step``
+    returns one ``tool`` message per call: for ``run_python`` the exit status, standard output and
+    standard error with marks where output was truncated or the time limit struck; for ``submit``
+    how many hidden tests passed. A turn without a tool call gets a short nudge from the user.
+
+    ## Rewards
+
+    Given once, on the final step: the fraction of hidden tests the submission passes, in [0, 1]
+    (HumanEval tasks: 1.0 iff the dataset's ``check`` passes; MBPP tasks: the fraction of
+    ``test_list`` asserts), or -1.0 when the submission crashes, exits or times out before any test
+    runs (while loading, or on the first call before any answer). No submission scores 0. The grader compares results outside the submission's interpreter
+    (exact builtin types), so printed verdicts, exit codes and objects with a lying ``__eq__`` count
+    for nothing. Components: ``tests`` (the score) and ``submitted`` (a zero-weight gate).
+    ``info["success"]`` is true when every hidden test passed.
+
+    ## Starting State
+
+    A task from the chosen split (or file), drawn with the env's seeded RNG or named by
+    ``options={"task_id": ...}``, and an empty sandbox workspace.
+
+    ## Episode End
+
+    Terminates when ``submit`` runs. Truncates after ``max_turns`` assistant turns (default 10).
+
+    ## Arguments
+
+    ``split`` (``train``/``val``/``test``), ``tasks`` (a JSONL/JSONL.gz path in CodeExec, HumanEval
+    or MBPP format, a JSON array file, or a list of task dicts), ``task_ids``, ``max_turns`` (default
+    10), ``max_tool_calls`` per turn (default 8), ``render_mode`` (``"ansi"``), ``backend``
+    (``"auto"``, ``"local"`` or ``"docker"``), ``limits`` (:class:`agentgym.sandbox.Limits` of each
+    ``run_python`` call; default 10 s of wall-clock and CPU time, 1 GiB of address space, 16 KiB of
+    output per stream) and ``grading_limits`` (of each grading sandbox; default 10 s, 8 MiB of
+    protocol output). Making the environment fails with :class:`agentgym.sandbox.SandboxUnavailable`
+    when no backend can run here.
+
+    ## Version History
+
+    - v0: initial release (310 bundled tasks; HumanEval and MBPP loaders).
+    """
 
     task_family = "code_exec"
     default_max_turns = 10

@@ -1,65 +1,6 @@
-"""Answering questions by querying a fixed SQLite snapshot of an invented world.
-
-## Description
-
-The agent answers a question about an invented world (countries, cities, universities, people,
-companies, films/novels/albums and awards) by running SQL against a read-only SQLite snapshot whose
-schema is shown in the system message. The world is generated from a fixed seed, so no answer can
-be recalled from pretraining, and the snapshot never changes, so the same query always returns the
-same rows. Difficulty: easy questions read one table, medium ones join or aggregate once, hard ones
-join three or more tables or group and rank.
-
-## Action Space
-
-One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
-message dict with ``tool_calls``. Tools: ``sql(query)`` runs one read-only SELECT (writes, DDL,
-``ATTACH``, ``PRAGMA`` changes, ``random()`` and clock functions are refused; a query is stopped
-after 10 million SQLite steps or 2 s; at most ``max_rows`` rows come back); ``answer(text)``
-submits the final answer and ends the episode.
-
-## Observation Space
-
-A list of new chat messages (:class:`agentgym.spaces.ChatMessages`): ``reset`` returns the system
-message (instructions and the schema) and the question; ``step`` returns one ``tool`` message per
-call (``{"columns", "rows", "row_count", "truncated"}`` as JSON, or ``Error: ...``), or a nudge to
-use the tools when the turn called none.
-
-## Rewards
-
-Given once, on the final step: ``0.1·format + 0.4·execution + 0.5·completion``, hard-gated on
-completion (a wrong or missing answer scores 0).
-
-- completion: the submitted answer matches: numbers within the task's tolerance (one unit of the
-  requested rounding, 0 for counts), names after normalisation (case, punctuation, articles),
-  lists as sets of normalised names.
-- execution: share of executed tool calls that did not return an error.
-- format: share of turns without a malformed tool call.
-
-## Starting State
-
-A task from the chosen split, drawn with the env's seeded RNG or named by
-``options={"task_id": ...}``. The snapshot is built once per machine into ``$AGENTGYM_CACHE``
-(default ``~/.cache/agentgym``) and never rebuilt by ``reset``.
-
-## Episode End
-
-Terminates when ``answer`` runs. Truncates after ``max_turns`` assistant turns (default 10).
-
-## Arguments
-
-``split``, ``tasks``, ``task_ids``, ``max_turns``, ``max_tool_calls``, ``render_mode`` (see
-:class:`agentgym.env.ToolEnv`); ``max_rows`` (default 50); ``tool_cache`` (``"instance"``,
-``"process"``, ``"off"`` or a shared :class:`~agentgym.envs.knowledge.cache.ToolCache`; cache hits
-and misses of the episode are in ``info["cache_hits"]`` / ``info["cache_misses"]``); ``fault_rate``
-(default 0: each ``sql`` call fails with a transient error with this probability, drawn from the
-episode's seed and task; counted in ``info["faults"]``).
-
-## Version History
-
-- v0: initial release (600 generated tasks, 200 per difficulty, 70/15/15 train/val/test);
-  ``fault_rate`` added (default off, so episodes without it are unchanged).
-"""
+"""Answering questions by querying a fixed SQLite snapshot of an invented world: :class:`SQLEnv`
+(agentgym/SQL-v0) and the schema text it shows. The class docstring documents the environment in
+Gymnasium's sections; ``docs/envs/sql.md`` is generated from it."""
 
 from __future__ import annotations
 
@@ -85,7 +26,68 @@ def schema_text() -> str:
 
 
 class SQLEnv(KnowledgeEnv):
-    """agentgym/SQL-v0: answer a question with read-only SQL over the snapshot (see module docstring)."""
+    """agentgym/SQL-v0: answer a question with read-only SQL over the snapshot.
+
+    ## Description
+
+    The agent answers a question about an invented world (countries, cities, universities, people,
+    companies, films/novels/albums and awards) by running SQL against a read-only SQLite snapshot whose
+    schema is shown in the system message. The world is generated from a fixed seed, so no answer can
+    be recalled from pretraining, and the snapshot never changes, so the same query always returns the
+    same rows. Difficulty: easy questions read one table, medium ones join or aggregate once, hard ones
+    join three or more tables or group and rank.
+
+    ## Action Space
+
+    One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
+    message dict with ``tool_calls``. Tools: ``sql(query)`` runs one read-only SELECT (writes, DDL,
+    ``ATTACH``, ``PRAGMA`` changes, ``random()`` and clock functions are refused; a query is stopped
+    after 10 million SQLite steps or 2 s; at most ``max_rows`` rows come back); ``answer(text)``
+    submits the final answer and ends the episode.
+
+    ## Observation Space
+
+    A list of new chat messages (:class:`agentgym.spaces.ChatMessages`): ``reset`` returns the system
+    message (instructions and the schema) and the question; ``step`` returns one ``tool`` message per
+    call (``{"columns", "rows", "row_count", "truncated"}`` as JSON, or ``Error: ...``), or a nudge to
+    use the tools when the turn called none.
+
+    ## Rewards
+
+    Given once, on the final step: ``0.1·format + 0.4·execution + 0.5·completion``, hard-gated on
+    completion (a wrong or missing answer scores 0).
+
+    - completion: the submitted answer matches: numbers within the task's tolerance (one unit of the
+      requested rounding, 0 for counts), names after normalisation (case, punctuation, articles),
+      lists as sets of normalised names.
+    - execution: share of executed tool calls that did not return an error.
+    - format: share of turns without a malformed tool call.
+
+    ## Starting State
+
+    A task from the chosen split, drawn with the env's seeded RNG or named by
+    ``options={"task_id": ...}``. The snapshot is built once per machine into ``$AGENTGYM_CACHE``
+    (default ``~/.cache/agentgym``) and never rebuilt by ``reset``.
+
+    ## Episode End
+
+    Terminates when ``answer`` runs. Truncates after ``max_turns`` assistant turns (default 10).
+
+    ## Arguments
+
+    ``split``, ``tasks``, ``task_ids``, ``max_turns``, ``max_tool_calls``, ``render_mode`` (see
+    :class:`agentgym.env.ToolEnv`); ``max_rows`` (default 50); ``tool_cache`` (``"instance"``,
+    ``"process"``, ``"off"`` or a shared :class:`~agentgym.envs.knowledge.cache.ToolCache`; cache hits
+    and misses of the episode are in ``info["cache_hits"]`` / ``info["cache_misses"]``); ``fault_rate``
+    (default 0: each ``sql`` call fails with a transient error with this probability, drawn from the
+    episode's seed and task; counted in ``info["faults"]``).
+
+    ## Version History
+
+    - v0: initial release (600 generated tasks, 200 per difficulty, 70/15/15 train/val/test);
+      ``fault_rate`` added (default off, so episodes without it are unchanged).
+    """
 
     task_family = "knowledge/sql"
     default_max_turns = 10

@@ -1,81 +1,6 @@
-"""An agent operating a helpdesk back office through a real HTTP API with seeded, reproducible faults.
-
-## Description
-
-The agent gets an operations request ("reassign Dana's queue to Sam, then deactivate her
-account") and an API key for Deskly, a helpdesk service with agents, customers, tickets and
-comments. The service runs as a real HTTP server on ``127.0.0.1`` (started by the environment,
-shared by every episode of the process, one isolated session per episode). The agent reads the
-docs, authenticates, looks things up through filtered and paginated lists, and makes the changes
-(create, update, bulk update, delete), in 3 to 9 calls when nothing fails.
-
-Things do fail, on purpose and reproducibly: a per-episode fault plan drawn from the env's RNG
-injects 429s with ``Retry-After``, 500s and 503s, responses that time out (sometimes after the
-write was applied), truncated JSON, and empty or short list pages. Time is logical: each call
-advances a clock, ``wait`` advances it on request, and a ``Retry-After`` window is enforced on
-that clock, so nothing sleeps. Idempotency keys make retried writes safe. Every request is
-validated against the service's OpenAPI description with ``jsonschema``.
-
-## Action Space
-
-One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
-message dict with ``tool_calls``. Tools: ``http_request(method, path, query, body, headers)``,
-``read_api_docs(endpoint)``, ``wait(seconds)`` and ``finish(summary)``.
-
-## Observation Space
-
-A list of new chat messages (:class:`agentgym.spaces.ChatMessages`). ``reset`` returns the system
-prompt and the request (with the API key). ``http_request`` answers with ``HTTP <status>
-<reason>``, the headers that matter (``Content-Type``, ``Location``, ``Retry-After``, ``Warning``,
-``Idempotent-Replayed``, ``WWW-Authenticate``), a blank line and the body as the server sent it,
-cut after ``max_body_chars``. A timeout or a request the client refuses to send (absolute URL,
-``..`` segments, reserved headers, bodies over 1 MiB) is an ``Error: ...`` tool message.
-
-## Rewards
-
-Given once, on the final step: ``0.1·format + 0.4·execution + 0.5·completion``, hard-gated on
-completion (a failed task scores 0 whatever the rest says).
-
-- completion (pass/fail): the final server state equals the task's initial world with exactly
-  the expected changes: nothing missing, nothing extra (a duplicate from a careless retry, a
-  stray deletion), timestamps ignored.
-- execution: share of HTTP calls answered 2xx, among the calls no fault was injected into (an
-  injected fault is not the agent's doing; a 429 for ignoring ``Retry-After`` is).
-- format: share of well-formed calls: HTTP requests that fit the OpenAPI description, over all
-  HTTP requests plus malformed tool calls.
-
-``info`` carries ``api_calls``, ``faults_injected`` and this turn's ``turn_faults`` (call number,
-kind, operation); ``reset`` adds ``api_base_url`` (the episode's base URL, for a client of your
-own) and ``fault_rate``.
-
-## Starting State
-
-A task from the chosen split, drawn with the env's seeded RNG or named by
-``options={"task_id": ...}``; its world (7-9 agents, 50-70 customers, about 200 tickets, spam
-and duplicates) is generated from the task's seed. ``options={"fault_rate": r}`` overrides the
-fault rate for one episode (for curricula driven from outside).
-
-## Episode End
-
-Terminates when the agent calls ``finish``. Truncates after ``max_turns`` assistant turns
-(default 40). Either way the reward is computed from the server state at that moment.
-
-## Arguments
-
-``split``, ``tasks``, ``task_ids``, ``max_turns``, ``max_tool_calls``, ``render_mode`` as every
-agentgym env; ``fault_rate`` (default 0), ``fault_kinds`` (default all of
-:data:`agentgym.envs.mock_api.faults.FAULT_KINDS`), ``max_consecutive_faults`` (default 2),
-``fault_warmup_calls`` (calls at the start of each episode never faulted, default 0),
-``fault_ramp_episodes`` (rate ramps from 0 over this many episodes, default 0: off),
-``client_timeout_s`` (logical, default 10), ``max_body_chars`` (default 8000),
-``validate_responses`` (check every response against the OpenAPI description too; default off:
-it costs about 1 ms per 10-ticket page).
-
-## Version History
-
-- v0: initial release (440 generated tasks over 11 templates, 70/15/15 train/val/test).
-"""
+"""A helpdesk back office operated through a real HTTP API with seeded, reproducible faults:
+:class:`MockApiEnv` (agentgym/MockAPI-v0), its tools and its reward. The class docstring documents
+the environment in Gymnasium's sections; ``docs/envs/mock_api.md`` is generated from it."""
 
 from __future__ import annotations
 
@@ -144,7 +69,84 @@ class _Connection:
 
 
 class MockApiEnv(ToolEnv):
-    """agentgym/MockAPI-v0: helpdesk operations over a real HTTP API with seeded faults (see module docstring)."""
+    """agentgym/MockAPI-v0: helpdesk operations over a real HTTP API with seeded faults.
+
+    ## Description
+
+    The agent gets an operations request ("reassign Dana's queue to Sam, then deactivate her
+    account") and an API key for Deskly, a helpdesk service with agents, customers, tickets and
+    comments. The service runs as a real HTTP server on ``127.0.0.1`` (started by the environment,
+    shared by every episode of the process, one isolated session per episode). The agent reads the
+    docs, authenticates, looks things up through filtered and paginated lists, and makes the changes
+    (create, update, bulk update, delete), in 3 to 9 calls when nothing fails.
+
+    Things do fail, on purpose and reproducibly: a per-episode fault plan drawn from the env's RNG
+    injects 429s with ``Retry-After``, 500s and 503s, responses that time out (sometimes after the
+    write was applied), truncated JSON, and empty or short list pages. Time is logical: each call
+    advances a clock, ``wait`` advances it on request, and a ``Retry-After`` window is enforced on
+    that clock, so nothing sleeps. Idempotency keys make retried writes safe. Every request is
+    validated against the service's OpenAPI description with ``jsonschema``.
+
+    ## Action Space
+
+    One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
+    message dict with ``tool_calls``. Tools: ``http_request(method, path, query, body, headers)``,
+    ``read_api_docs(endpoint)``, ``wait(seconds)`` and ``finish(summary)``.
+
+    ## Observation Space
+
+    A list of new chat messages (:class:`agentgym.spaces.ChatMessages`). ``reset`` returns the system
+    prompt and the request (with the API key). ``http_request`` answers with ``HTTP <status>
+    <reason>``, the headers that matter (``Content-Type``, ``Location``, ``Retry-After``, ``Warning``,
+    ``Idempotent-Replayed``, ``WWW-Authenticate``), a blank line and the body as the server sent it,
+    cut after ``max_body_chars``. A timeout or a request the client refuses to send (absolute URL,
+    ``..`` segments, reserved headers, bodies over 1 MiB) is an ``Error: ...`` tool message.
+
+    ## Rewards
+
+    Given once, on the final step: ``0.1·format + 0.4·execution + 0.5·completion``, hard-gated on
+    completion (a failed task scores 0 whatever the rest says).
+
+    - completion (pass/fail): the final server state equals the task's initial world with exactly
+      the expected changes: nothing missing, nothing extra (a duplicate from a careless retry, a
+      stray deletion), timestamps ignored.
+    - execution: share of HTTP calls answered 2xx, among the calls no fault was injected into (an
+      injected fault is not the agent's doing; a 429 for ignoring ``Retry-After`` is).
+    - format: share of well-formed calls: HTTP requests that fit the OpenAPI description, over all
+      HTTP requests plus malformed tool calls.
+
+    ``info`` carries ``api_calls``, ``faults_injected`` and this turn's ``turn_faults`` (call number,
+    kind, operation); ``reset`` adds ``api_base_url`` (the episode's base URL, for a client of your
+    own) and ``fault_rate``.
+
+    ## Starting State
+
+    A task from the chosen split, drawn with the env's seeded RNG or named by
+    ``options={"task_id": ...}``; its world (7-9 agents, 50-70 customers, about 200 tickets, spam
+    and duplicates) is generated from the task's seed. ``options={"fault_rate": r}`` overrides the
+    fault rate for one episode (for curricula driven from outside).
+
+    ## Episode End
+
+    Terminates when the agent calls ``finish``. Truncates after ``max_turns`` assistant turns
+    (default 40). Either way the reward is computed from the server state at that moment.
+
+    ## Arguments
+
+    ``split``, ``tasks``, ``task_ids``, ``max_turns``, ``max_tool_calls``, ``render_mode`` as every
+    agentgym env; ``fault_rate`` (default 0), ``fault_kinds`` (default all of
+    :data:`agentgym.envs.mock_api.faults.FAULT_KINDS`), ``max_consecutive_faults`` (default 2),
+    ``fault_warmup_calls`` (calls at the start of each episode never faulted, default 0),
+    ``fault_ramp_episodes`` (rate ramps from 0 over this many episodes, default 0: off),
+    ``client_timeout_s`` (logical, default 10), ``max_body_chars`` (default 8000),
+    ``validate_responses`` (check every response against the OpenAPI description too; default off:
+    it costs about 1 ms per 10-ticket page).
+
+    ## Version History
+
+    - v0: initial release (440 generated tasks over 11 templates, 70/15/15 train/val/test).
+    """
 
     task_family = "mock_api"
     default_max_turns = 40

@@ -1,64 +1,6 @@
-"""Customer-support refund workflow with a scripted, deterministic customer.
-
-## Description
-
-The agent is a support agent of an online shop. A customer asks for a refund of one or two items.
-The agent must verify the customer's identity, find the order, ask the customer about each item's
-condition, apply the written refund policy (per-category return windows, final-sale items, the
-damaged-on-arrival exception, restocking fees, original payment method only, no double refunds),
-confirm the refund with the customer, process the refund and/or record the denials, and send the
-customer a confirmation. About two thirds of the tasks have a refusal or a partial refund as the
-right outcome, so neither "always refund" nor "do nothing" does well.
-
-The customer is scripted from the task's fact table: they open with their request and answer
-``ask_customer`` questions and ``confirm_with_customer`` requests, always the same way.
-
-## Action Space
-
-One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
-message dict with ``tool_calls``. Tools (schemas in ``env.unwrapped.tools``): ``ask_customer``,
-``verify_identity``, ``get_customer``, ``get_order``, ``check_return_policy``,
-``confirm_with_customer``, ``process_refund``, ``deny_refund``, ``send_confirmation``.
-
-## Observation Space
-
-A list of new chat messages (:class:`agentgym.spaces.ChatMessages`): ``reset`` returns the system
-message (the refund policy, ``policy.md``) and the customer's opening message; ``step`` returns one
-``tool`` message per call (errors start with ``Error:``), or the customer's reply as a ``user``
-message when the turn called no tool.
-
-## Rewards
-
-Given once, on the final step, from the final state: ``0.1·format + 0.4·execution +
-0.5·completion``, hard-gated on completion (a failed task scores 0, whatever the rest says).
-
-- completion (pass/fail): the refund records (order, items, amount to the cent, original payment
-  method), the denials (items and reasons), the confirmation (outcome and amount) all match the
-  task's expected final state, and every refund was confirmed with the customer beforehand.
-- execution: share of executed tool calls that did not return an error.
-- format: share of turns without a malformed tool call (bad JSON, unknown tool, invalid arguments).
-
-A solved task scores 1.0. ``info["success"]`` is the completion verdict.
-
-## Starting State
-
-A task (customer, their orders, the request, the expected outcome) from the chosen split, drawn
-with the env's seeded RNG or named by ``options={"task_id": ...}``. Today is frozen at 2025-06-15.
-
-## Episode End
-
-Terminates when ``send_confirmation`` runs. Truncates after ``max_turns`` assistant turns.
-
-## Arguments
-
-``split`` (``train``/``val``/``test``), ``tasks`` (a JSONL path or list of tasks), ``task_ids``,
-``max_turns`` (default 20), ``max_tool_calls`` per turn (default 8), ``render_mode`` (``"ansi"``).
-
-## Version History
-
-- v0: initial release (600 generated tasks, 70/15/15 train/val/test).
-"""
+"""Customer-support refund workflow with a scripted, deterministic customer: :class:`RefundEnv`
+(agentgym/Refund-v0), its tools and its reward. The class docstring documents the environment in
+Gymnasium's sections; ``docs/envs/refund.md`` is generated from it."""
 
 from __future__ import annotations
 
@@ -82,7 +24,67 @@ POLICY_TEXT = (resources.files("agentgym.envs.refund") / "policy.md").read_text(
 
 
 class RefundEnv(ToolEnv):
-    """agentgym/Refund-v0: a refund request handled under a written policy (see module docstring)."""
+    """agentgym/Refund-v0: a refund request handled under a written policy.
+
+    ## Description
+
+    The agent is a support agent of an online shop. A customer asks for a refund of one or two items.
+    The agent must verify the customer's identity, find the order, ask the customer about each item's
+    condition, apply the written refund policy (per-category return windows, final-sale items, the
+    damaged-on-arrival exception, restocking fees, original payment method only, no double refunds),
+    confirm the refund with the customer, process the refund and/or record the denials, and send the
+    customer a confirmation. About two thirds of the tasks have a refusal or a partial refund as the
+    right outcome, so neither "always refund" nor "do nothing" does well.
+
+    The customer is scripted from the task's fact table: they open with their request and answer
+    ``ask_customer`` questions and ``confirm_with_customer`` requests, always the same way.
+
+    ## Action Space
+
+    One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
+    message dict with ``tool_calls``. Tools (schemas in ``env.unwrapped.tools``): ``ask_customer``,
+    ``verify_identity``, ``get_customer``, ``get_order``, ``check_return_policy``,
+    ``confirm_with_customer``, ``process_refund``, ``deny_refund``, ``send_confirmation``.
+
+    ## Observation Space
+
+    A list of new chat messages (:class:`agentgym.spaces.ChatMessages`): ``reset`` returns the system
+    message (the refund policy, ``policy.md``) and the customer's opening message; ``step`` returns one
+    ``tool`` message per call (errors start with ``Error:``), or the customer's reply as a ``user``
+    message when the turn called no tool.
+
+    ## Rewards
+
+    Given once, on the final step, from the final state: ``0.1·format + 0.4·execution +
+    0.5·completion``, hard-gated on completion (a failed task scores 0, whatever the rest says).
+
+    - completion (pass/fail): the refund records (order, items, amount to the cent, original payment
+      method), the denials (items and reasons), the confirmation (outcome and amount) all match the
+      task's expected final state, and every refund was confirmed with the customer beforehand.
+    - execution: share of executed tool calls that did not return an error.
+    - format: share of turns without a malformed tool call (bad JSON, unknown tool, invalid arguments).
+
+    A solved task scores 1.0. ``info["success"]`` is the completion verdict.
+
+    ## Starting State
+
+    A task (customer, their orders, the request, the expected outcome) from the chosen split, drawn
+    with the env's seeded RNG or named by ``options={"task_id": ...}``. Today is frozen at 2025-06-15.
+
+    ## Episode End
+
+    Terminates when ``send_confirmation`` runs. Truncates after ``max_turns`` assistant turns.
+
+    ## Arguments
+
+    ``split`` (``train``/``val``/``test``), ``tasks`` (a JSONL path or list of tasks), ``task_ids``,
+    ``max_turns`` (default 20), ``max_tool_calls`` per turn (default 8), ``render_mode`` (``"ansi"``).
+
+    ## Version History
+
+    - v0: initial release (600 generated tasks, 70/15/15 train/val/test).
+    """
 
     task_family = "refund"
     default_max_turns = 20

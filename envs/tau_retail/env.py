@@ -1,95 +1,6 @@
-"""τ-bench retail: the benchmark's tools, data, tasks and reward, with a scripted, ticket or LLM customer.
-
-## Description
-
-The agent is a retail customer-service agent bound by τ-bench's written policy (its ``wiki.md``,
-the system message). A customer wants orders cancelled or modified (address, payment, items),
-delivered items returned or exchanged, their default address changed, or information. The 16
-tools, the database (500 users, 1,000 orders, 50 products) and the 635 tasks are τ-bench
-retail's (``sierra-research/tau-bench``, MIT); the tools return τ-bench's strings and change the
-database exactly as τ-bench's do, so the final database hashes equal τ-bench's for the same
-calls. See ``docs/envs/tau_retail.md`` for what matches upstream and what differs.
-
-The customer is scripted from the task's data (``user="scripted"``, deterministic), a "ticket"
-whose whole request is the task's instruction (``user="ticket"``, deterministic; see
-:mod:`agentgym.envs.tau_retail.users`), or τ-bench's own kind: a language model playing the
-instruction (``user="llm"``; see :mod:`agentgym.envs.tau_retail.llm_user`), whose replies are cached
-so that the same agent replays identically.
-
-## Action Space
-
-One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
-message dict with ``tool_calls``; a turn without a tool call is a message to the customer.
-Tools (``env.unwrapped.tools`` gives τ-bench's schemas verbatim): ``calculate``,
-``cancel_pending_order``, ``exchange_delivered_order_items``, ``find_user_id_by_email``,
-``find_user_id_by_name_zip``, ``get_order_details``, ``get_product_details``,
-``get_user_details``, ``list_all_product_types``, ``modify_pending_order_address``,
-``modify_pending_order_items``, ``modify_pending_order_payment``, ``modify_user_address``,
-``return_delivered_order_items``, ``think``, ``transfer_to_human_agents``. As in τ-bench, one
-call is executed per turn by default (``max_tool_calls=1``).
-
-## Observation Space
-
-A list of new chat messages (:class:`agentgym.spaces.ChatMessages`): ``reset`` returns the
-policy as the system message and the customer's opening message; ``step`` returns one ``tool``
-message per call (τ-bench's result string; refusals start with ``Error:``), or the customer's
-reply as a ``user`` message when the turn called no tool (none in ticket mode).
-
-## Rewards
-
-τ-bench's, given once on the final step: 1.0 iff the final database equals the database left by
-replaying the task's ground-truth actions (``transfer_to_human_agents`` excluded) on fresh data,
-and every required output appears in one of the agent's messages to the customer (lower-cased,
-commas removed, as a substring); 0.0 otherwise, and 0.0 when the episode is truncated.
-Components: ``db`` and ``outputs`` (1.0 or 0.0 each). ``reward_reason`` names the records that
-differ and the outputs not said; ``details`` add both databases' τ-bench hashes.
-
-## Starting State
-
-A task from the chosen split (τ-bench train → ``train``, dev → ``val``, test → ``test``),
-drawn with the env's seeded RNG or named by ``options={"task_id": "retail-test-12"}``, and the
-database as τ-bench ships it.
-
-## Episode End
-
-Terminates when the customer ends the conversation (a reply containing ``###STOP###``: the
-scripted customer's once the task is done, the LLM customer's when it is satisfied), when
-``transfer_to_human_agents`` runs, or in ticket mode on the agent's first message without a tool
-call. Truncates after ``max_turns`` assistant turns (default 30, τ-bench's
-step limit).
-
-## Info
-
-Besides the shared counts: ``policy_violations``, the violations of the written policy so far, and
-``policy_violations_by_rule`` (``unconfirmed_write``, ``other_customer``, ``wrong_status``; the
-rules are defined in :mod:`agentgym.envs.tau_retail.violations`). With ``user="llm"``:
-``user_errors``, how many customer replies the model failed to give (each replaced by a fixed
-fallback line), and ``user_error``, the latest failure's message (``None`` without one).
-
-## Arguments
-
-``split``, ``tasks`` (a JSONL path or list of tasks in this env's task format), ``task_ids``,
-``max_turns`` (default 30), ``max_tool_calls`` per turn (default 1), ``render_mode``
-(``"ansi"``), ``user`` (``"scripted"``, the default, ``"ticket"`` or ``"llm"``).
-
-For ``user="llm"`` only:
-
-- ``user_backend``: the generation backend voicing the customer (anything with ``tokenizer``,
-  ``name`` and ``generate(prompts, params)``, e.g. :class:`agentgym.models.HFBackend`);
-- ``user_model``: without ``user_backend``, the local model to load instead (a name or path for
-  :func:`agentgym.models.create_backend`; default :data:`agentgym.models.DEFAULT_MODEL`). It is
-  loaded on the first ``reset``, once per process, and shared by every environment naming it, so
-  ``--env-kwargs '{"user": "llm"}'`` works from the command line;
-- ``user_temperature`` (default 0.0) and ``user_seed`` (default 0): the sampling of every reply;
-- ``user_cache``: a :class:`~agentgym.envs.tau_retail.llm_user.ResponseCache` shared with other
-  environments, or the path of a JSON-lines file that keeps the replies across runs (shared by
-  the environments of a process naming it); default: a cache of this environment's own.
-
-## Version History
-
-- v0: initial release (τ-bench retail at commit 59a200c: 500 train, 20 dev, 115 test tasks).
-"""
+"""τ-bench retail with a scripted, ticket or LLM customer: :class:`TauRetailEnv`
+(agentgym/TauRetail-v0), the episode around τ-bench's tools, and its reward. The class docstring
+documents the environment in Gymnasium's sections; ``docs/envs/tau_retail.md`` is generated from it."""
 
 from __future__ import annotations
 
@@ -128,7 +39,98 @@ def upstream_tasks(split: str) -> list[dict[str, Any]]:
 
 
 class TauRetailEnv(ToolEnv, RetailTools):
-    """agentgym/TauRetail-v0: τ-bench retail with a scripted, ticket or LLM customer (see the module docstring)."""
+    """agentgym/TauRetail-v0: τ-bench retail with a scripted, ticket or LLM customer.
+
+    ## Description
+
+    The agent is a retail customer-service agent bound by τ-bench's written policy (its ``wiki.md``,
+    the system message). A customer wants orders cancelled or modified (address, payment, items),
+    delivered items returned or exchanged, their default address changed, or information. The 16
+    tools, the database (500 users, 1,000 orders, 50 products) and the 635 tasks are τ-bench
+    retail's (``sierra-research/tau-bench``, MIT); the tools return τ-bench's strings and change the
+    database exactly as τ-bench's do, so the final database hashes equal τ-bench's for the same
+    calls. See ``docs/envs/tau_retail.md`` for what matches upstream and what differs.
+
+    The customer is scripted from the task's data (``user="scripted"``, deterministic), a "ticket"
+    whose whole request is the task's instruction (``user="ticket"``, deterministic; see
+    :mod:`agentgym.envs.tau_retail.users`), or τ-bench's own kind: a language model playing the
+    instruction (``user="llm"``; see :mod:`agentgym.envs.tau_retail.llm_user`), whose replies are cached
+    so that the same agent replays identically.
+
+    ## Action Space
+
+    One assistant turn (:class:`agentgym.spaces.AssistantTurn`): text with Hermes-style
+    ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks, or an OpenAI-style assistant
+    message dict with ``tool_calls``; a turn without a tool call is a message to the customer.
+    Tools (``env.unwrapped.tools`` gives τ-bench's schemas verbatim): ``calculate``,
+    ``cancel_pending_order``, ``exchange_delivered_order_items``, ``find_user_id_by_email``,
+    ``find_user_id_by_name_zip``, ``get_order_details``, ``get_product_details``,
+    ``get_user_details``, ``list_all_product_types``, ``modify_pending_order_address``,
+    ``modify_pending_order_items``, ``modify_pending_order_payment``, ``modify_user_address``,
+    ``return_delivered_order_items``, ``think``, ``transfer_to_human_agents``. As in τ-bench, one
+    call is executed per turn by default (``max_tool_calls=1``).
+
+    ## Observation Space
+
+    A list of new chat messages (:class:`agentgym.spaces.ChatMessages`): ``reset`` returns the
+    policy as the system message and the customer's opening message; ``step`` returns one ``tool``
+    message per call (τ-bench's result string; refusals start with ``Error:``), or the customer's
+    reply as a ``user`` message when the turn called no tool (none in ticket mode).
+
+    ## Rewards
+
+    τ-bench's, given once on the final step: 1.0 iff the final database equals the database left by
+    replaying the task's ground-truth actions (``transfer_to_human_agents`` excluded) on fresh data,
+    and every required output appears in one of the agent's messages to the customer (lower-cased,
+    commas removed, as a substring); 0.0 otherwise, and 0.0 when the episode is truncated.
+    Components: ``db`` and ``outputs`` (1.0 or 0.0 each). ``reward_reason`` names the records that
+    differ and the outputs not said; ``details`` add both databases' τ-bench hashes.
+
+    ## Starting State
+
+    A task from the chosen split (τ-bench train → ``train``, dev → ``val``, test → ``test``),
+    drawn with the env's seeded RNG or named by ``options={"task_id": "retail-test-12"}``, and the
+    database as τ-bench ships it.
+
+    ## Episode End
+
+    Terminates when the customer ends the conversation (a reply containing ``###STOP###``: the
+    scripted customer's once the task is done, the LLM customer's when it is satisfied), when
+    ``transfer_to_human_agents`` runs, or in ticket mode on the agent's first message without a tool
+    call. Truncates after ``max_turns`` assistant turns (default 30, τ-bench's
+    step limit).
+
+    ## Info
+
+    Besides the shared counts: ``policy_violations``, the violations of the written policy so far, and
+    ``policy_violations_by_rule`` (``unconfirmed_write``, ``other_customer``, ``wrong_status``; the
+    rules are defined in :mod:`agentgym.envs.tau_retail.violations`). With ``user="llm"``:
+    ``user_errors``, how many customer replies the model failed to give (each replaced by a fixed
+    fallback line), and ``user_error``, the latest failure's message (``None`` without one).
+
+    ## Arguments
+
+    ``split``, ``tasks`` (a JSONL path or list of tasks in this env's task format), ``task_ids``,
+    ``max_turns`` (default 30), ``max_tool_calls`` per turn (default 1), ``render_mode``
+    (``"ansi"``), ``user`` (``"scripted"``, the default, ``"ticket"`` or ``"llm"``).
+
+    For ``user="llm"`` only:
+
+    - ``user_backend``: the generation backend voicing the customer (anything with ``tokenizer``,
+      ``name`` and ``generate(prompts, params)``, e.g. :class:`agentgym.models.HFBackend`);
+    - ``user_model``: without ``user_backend``, the local model to load instead (a name or path for
+      :func:`agentgym.models.create_backend`; default :data:`agentgym.models.DEFAULT_MODEL`). It is
+      loaded on the first ``reset``, once per process, and shared by every environment naming it, so
+      ``--env-kwargs '{"user": "llm"}'`` works from the command line;
+    - ``user_temperature`` (default 0.0) and ``user_seed`` (default 0): the sampling of every reply;
+    - ``user_cache``: a :class:`~agentgym.envs.tau_retail.llm_user.ResponseCache` shared with other
+      environments, or the path of a JSON-lines file that keeps the replies across runs (shared by
+      the environments of a process naming it); default: a cache of this environment's own.
+
+    ## Version History
+
+    - v0: initial release (τ-bench retail at commit 59a200c: 500 train, 20 dev, 115 test tasks).
+    """
 
     task_family = "tau_retail"
     default_max_turns = 30
