@@ -265,9 +265,14 @@ def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo:
     pending = {p.name for p in todo}
     running: dict[Any, _Phase] = {}
     # Spawned workers start clean (no inherited thread pools); they get the environment's
-    # registration, which may come from a module the worker has not imported.
+    # registration, which may come from a module the worker has not imported. A new worker per
+    # phase: the memory a phase held goes back to the system, not to the next phase's process.
     pool = ProcessPoolExecutor(
-        config.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init, initargs=(threads, gym.spec(config.env_id))
+        config.jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_init,
+        initargs=(threads, gym.spec(config.env_id)),
+        max_tasks_per_child=1,
     )
     try:
         while todo or running:
