@@ -39,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import statistics
 import subprocess
 import time
@@ -264,9 +265,14 @@ def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo:
     pending = {p.name for p in todo}
     running: dict[Any, _Phase] = {}
     # Spawned workers start clean (no inherited thread pools); they get the environment's
-    # registration, which may come from a module the worker has not imported.
+    # registration, which may come from a module the worker has not imported. A new worker per
+    # phase: the memory a phase held goes back to the system, not to the next phase's process.
     pool = ProcessPoolExecutor(
-        config.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init, initargs=(threads, gym.spec(config.env_id))
+        config.jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_worker_init,
+        initargs=(threads, gym.spec(config.env_id)),
+        max_tasks_per_child=1,
     )
     try:
         while todo or running:
@@ -433,7 +439,7 @@ def _evaluate(
     log(f"evaluating {arm}" + (f" seed {seed}" if seed is not None else ""))
     training = config_from_dict({**config.training, "env_id": config.env_id})
     policy, tokenizer = load_model(str(model) if model is not None else config.model, device=training.device)
-    backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""))
+    backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""), max_cache_gib=_cache_gib(config, training.device))
     ev, r = config.evaluation, training.rollout
     records = []
     for split, task_ids in _split_ids(tasks).items():
@@ -458,6 +464,14 @@ def _evaluate(
             records.append(_eval_record(episode, arm=arm, seed=seed, trial=episode.member, split=split))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(path, records)
+
+
+def _cache_gib(config: ExperimentConfig, device: str) -> float | None:
+    """Phases that run at once share the machine's memory: on CPU each evaluation gets its share of
+    the key/value budget an evaluation has alone (a quarter of the memory); None: that default."""
+    if config.jobs == 1 or device != "cpu":
+        return None
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / 4 / config.jobs
 
 
 def _eval_record(episode: Any, *, arm: str, seed: int | None, trial: int, split: str) -> dict[str, Any]:
