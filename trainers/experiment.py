@@ -290,8 +290,14 @@ def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo:
                     raise TrainerError(f"the worker running {phase.name} died (out of memory?); finished phases are kept: rerun to resume") from None
                 pending.discard(phase.name)
                 log(f"finished {phase.name}")
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+    except BaseException:
+        # Interrupted, or a phase failed: stop the phases still running (a rerun resumes them
+        # from their checkpoints) instead of waiting for them.
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in multiprocessing.active_children():
+            worker.terminate()
+        raise
+    pool.shutdown(wait=True)
 
 
 def _worker_init(threads: int, spec: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ def run(args: argparse.Namespace) -> int:
     from agentgym.trainers.experiment import load_experiment, run_experiment, summarize_experiment
     from agentgym.trainers.modeling import TrainerError
 
+    # A stopped run (SIGTERM from a scheduler, say) unwinds like Ctrl-C: its workers stop and its
+    # wall time so far is recorded, so the resumed run's total is right.
+    signal.signal(signal.SIGTERM, _interrupted)
     try:
         config = load_experiment(args.config, output_dir=args.output)
         if args.summarize:
@@ -37,3 +41,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print((Path(config.output_dir) / "results.md").read_text(encoding="utf-8"))
     return 0
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -128,6 +128,73 @@ def test_phases_in_worker_processes_give_the_same_results(finished, tmp_path) ->
     assert parallel["jobs"] == 2
 
 
+def test_a_stopped_run_records_its_time_and_stops_its_workers(tiny_model_dir, tmp_path) -> None:
+    # SIGTERM (a scheduler's stop) unwinds like Ctrl-C: the command exits at once with 130, the
+    # workers go with it, and the wall time so far is kept for the resumed run's total.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = _config(tiny_model_dir, tmp_path / "results") | {"jobs": 2}
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code = f"import letters_env, sys; from agentgym.cli import main; sys.exit(main(['experiment', {str(path)!r}]))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, env=env)
+    assert process.stderr is not None
+    for line in process.stderr:
+        if line.startswith("started"):
+            break
+    workers: set[int] = set()
+    deadline = time.monotonic() + 30
+    while not workers and time.monotonic() < deadline:
+        workers = {pid for pid in _children_of(process.pid) if "spawn_main" in _cmdline(pid)}
+        time.sleep(0.05)
+    assert workers
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=60) == 130 and time.monotonic() - started < 30
+    timings = json.loads((tmp_path / "results" / "timings.json").read_text())
+    assert timings["wall_seconds"] > 0
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in workers)
+
+
+def _children_of(pid: int) -> set[int]:
+    import os
+
+    out = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as handle:
+                    if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.add(int(entry))
+            except OSError:
+                pass
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None:
     def load(change: dict) -> None:
         path = tmp_path / "x.yaml"
