@@ -12,6 +12,7 @@ from collections import defaultdict
 import pytest
 import yaml
 from letters_env import TOY_ENV
+from processes import alive, children_of, cmdline
 
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollout import read_jsonl
@@ -150,7 +151,7 @@ def test_a_stopped_run_records_its_time_and_stops_its_workers(tiny_model_dir, tm
     workers: set[int] = set()
     deadline = time.monotonic() + 30
     while not workers and time.monotonic() < deadline:
-        workers = {pid for pid in _children_of(process.pid) if "spawn_main" in _cmdline(pid)}
+        workers = {pid for pid in children_of(process.pid) if "spawn_main" in cmdline(pid)}
         time.sleep(0.05)
     assert workers
     started = time.monotonic()
@@ -159,40 +160,9 @@ def test_a_stopped_run_records_its_time_and_stops_its_workers(tiny_model_dir, tm
     timings = json.loads((tmp_path / "results" / "timings.json").read_text())
     assert timings["wall_seconds"] > 0
     deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in workers) and time.monotonic() < deadline:
+    while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not any(_alive(pid) for pid in workers)
-
-
-def _children_of(pid: int) -> set[int]:
-    import os
-
-    out = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as handle:
-                    if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        out.add(int(entry))
-            except OSError:
-                pass
-    return out
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            return handle.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    assert not any(alive(pid) for pid in workers)
 
 
 def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from processes import alive
 
 from agentgym.verifiers import BoundedPool
 
@@ -110,7 +111,7 @@ def test_close_kills_workers():
     p = BoundedPool(1)
     pid = p.run(os.getpid, timeout=30).value
     p.close()
-    assert not _running(pid)
+    assert not alive(pid)
 
 
 def test_orphaned_worker_dies_by_its_cpu_backstop(tmp_path: Path):
@@ -133,19 +134,11 @@ def test_orphaned_worker_dies_by_its_cpu_backstop(tmp_path: Path):
     parent = subprocess.run([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=60)
     assert parent.returncode == -signal.SIGKILL
     worker = int(parent.stdout.split()[0])
-    assert _running(worker), "the parent must have died before its own 0.5 s kill"
+    assert alive(worker), "the parent must have died before its own 0.5 s kill"
     deadline = time.monotonic() + 20
-    while _running(worker) and time.monotonic() < deadline:
+    while alive(worker) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not _running(worker)
-
-
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    assert not alive(worker)
 
 
 def _worker_pids(pool: BoundedPool) -> list[int]:
