@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import statistics
 import subprocess
 import time
@@ -477,7 +476,11 @@ def _cache_gib(config: ExperimentConfig, device: str) -> float | None:
     the key/value budget an evaluation has alone (a quarter of the memory); None: that default."""
     if config.jobs == 1 or device != "cpu":
         return None
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30 / 4 / config.jobs
+    import torch
+
+    from agentgym.models.hf import default_cache_bytes
+
+    return default_cache_bytes(torch.device("cpu")) / 2**30 / config.jobs
 
 
 def _eval_record(episode: Any, *, arm: str, seed: int | None, trial: int, split: str) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from agentgym.models.backend import Generation, SamplingParams, decode_visible, per_prompt_params, stop_token_set
 from agentgym.models.engine import KVEngine, cache_keyword, finish_reason, sample_next
 
-__all__ = ["HFBackend", "sample_next"]
+__all__ = ["HFBackend", "default_cache_bytes", "sample_next"]
 
 
 class HFBackend:
@@ -70,7 +70,7 @@ class HFBackend:
         self._model_eos: tuple[int, ...] = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
         self._pad_id = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id, *self._model_eos) if t is not None), 0)
         self._context: int | None = getattr(model.config, "max_position_embeddings", None)
-        budget = int(max_cache_gib * 2**30) if max_cache_gib is not None else _default_cache_bytes(self.device)
+        budget = int(max_cache_gib * 2**30) if max_cache_gib is not None else default_cache_bytes(self.device)
         self.engine = KVEngine(model, tokenizer, max_rows=max_batch_size, max_cache_bytes=budget, pad_token_id=self._pad_id)
         self._keys = itertools.count()
         # Without reuse, requests wait here for the next advance() (a list, not a LockstepStream over
@@ -217,7 +217,7 @@ class _Row:
     finish_reason: str | None = None
 
 
-def _default_cache_bytes(device: torch.device) -> int:
+def default_cache_bytes(device: torch.device) -> int:
     """A quarter of the device's memory (the machine's for CPU)."""
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).total_memory // 4
