@@ -74,18 +74,23 @@ def write_files(files: dict[str, str], root: str = WORKSPACE) -> None:
             handle.write(base64.b64decode(encoded))
 
 
-def prepare(request: dict[str, Any]) -> None:
-    """Make this process look like ``python -c`` started in the workspace, with the request's files."""
+def settle() -> None:
+    """Make this process look like ``python -c`` started in the workspace: everything that does not
+    depend on the request, so a run prepared ahead of its request has done it already."""
     os.chdir(WORKSPACE)
-    write_files(request.get("files") or {})
     os.environ.clear()
     os.environ.update(SANDBOX_ENV, PATH=os.path.dirname(sys.executable))
     sys.argv = ["-c"]
+    _fresh_standard_streams()
+
+
+def prepare(request: dict[str, Any]) -> None:
+    """Write the request's files and set ``sys.path`` as ``python -c`` (or ``-I``) would."""
+    write_files(request.get("files") or {})
     # Like `python -c`, the working directory leads sys.path; isolated runs (`-I`) leave it out so
     # files in the workspace cannot shadow modules.
     base = [p for p in sys.path if p not in ("", WORKSPACE)]
     sys.path[:] = base if request.get("isolated") else ["", *base]
-    _fresh_standard_streams()
 
 
 def execute(code: str) -> NoReturn:
@@ -160,6 +165,7 @@ def _print_exception(exc: BaseException) -> None:
 def main() -> NoReturn:
     """Entry point of the Docker backend: limits and user come from the container's settings."""
     try:
+        settle()
         request = read_request(0)
         prepare(request)
     except (RequestError, ValueError, OSError) as exc:

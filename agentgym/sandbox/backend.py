@@ -48,6 +48,11 @@ class SandboxProcess(abc.ABC):
     def kill(self) -> None:
         """Kill the run's whole process tree now (idempotent)."""
 
+    @abc.abstractmethod
+    def stderr_so_far(self) -> str:
+        """Standard error received up to now, without waiting: everything the program wrote there
+        before the last line :meth:`readline` returned, and possibly more."""
+
 
 class Backend(abc.ABC):
     """Runs sandboxed programs. Thread-safe: many episodes share one backend."""

@@ -204,6 +204,10 @@ class DockerProcess(SandboxProcess):
     def kill(self) -> None:
         self._finish()
 
+    def stderr_so_far(self) -> str:
+        # One multiplexed stream, read in order: what came before the last stdout line is here.
+        return self._err.text()
+
     def _finish(self) -> None:
         if self._run_lock is None:
             return

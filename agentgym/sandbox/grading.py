@@ -29,10 +29,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -139,25 +141,23 @@ class Grader:
     """Grades submissions in sandboxes of ``backend`` under ``limits`` (per sandbox).
 
     Safe to use from several threads. Keeps idle test drivers between gradings, and the next
-    submission's sandbox, prepared while the current one is graded; :meth:`close` (or the end of a
-    ``with`` block, or garbage collection) stops them.
+    submission's sandbox, prepared while the current one is graded; a background thread prepares
+    that sandbox and ends each graded submission, so neither waits on the grading's path.
+    :meth:`close` (or the end of a ``with`` block, or garbage collection) waits for that thread
+    and stops the drivers and the prepared sandbox.
     """
 
     def __init__(self, backend: str | Backend = "auto", limits: Limits = GRADING_LIMITS):
         self.backend = backend
         self.limits = limits
         self._drivers = _Drivers(backend, limits)
-        self._spare: Sandbox | None = None
-        self._spare_lock = threading.Lock()
-        self._finalizer = weakref.finalize(self, self._drivers.close)
+        self._chores = _Chores()
+        self._finalizer = weakref.finalize(self, _close, self._chores, self._drivers)
 
     def close(self) -> None:
-        """Stop the idle test drivers and the prepared sandbox (a later grading starts new ones)."""
-        with self._spare_lock:
-            spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.close()
-        self._drivers.close()
+        """Finish the background work, then stop the idle test drivers and the prepared sandbox
+        (a later grading starts new ones)."""
+        _close(self._chores, self._drivers)
 
     def __enter__(self) -> Grader:
         return self
@@ -177,13 +177,11 @@ class Grader:
 
     def _grade(self, code: str, tests: TestSpec, total: int) -> Grade:
         with contextlib.ExitStack() as stack:
-            with self._spare_lock:
-                spare, self._spare = self._spare, None
             # A new sandbox for every submission; a prepared one has only set up its isolation.
-            box = stack.enter_context(spare or Sandbox(self.backend, self.limits))
+            box = stack.enter_context(self._chores.take_spare() or Sandbox(self.backend, self.limits))
             process = box.start(_program("serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
             stack.callback(process.kill)
-            self._prepare_spare()  # while this submission loads
+            self._chores.prepare_spare(self.backend, self.limits)  # while this submission loads
             submission = _Submission(process, time.monotonic() + self.limits.wall_time_s + 1.0)
             passed = 0
             notes: list[str] = []
@@ -193,8 +191,14 @@ class Grader:
                 passed, notes = _run_cases(submission, tests)
             elif loaded and not isinstance(tests, FunctionTests):
                 passed, total, notes = self._drive(submission, _driver_spec(tests), total)
-            process.kill()
-            stderr = process.wait().stderr[-2000:]
+            if loaded and not submission.stopped:
+                # It answered every call, so everything it wrote to standard error before its last
+                # answer has been read; stopping it and deleting its workspace happen off this path.
+                stderr = process.stderr_so_far()[-2000:]
+                self._chores.finish(process, stack.pop_all())
+            else:
+                process.kill()
+                stderr = process.wait().stderr[-2000:]
         if not loaded:
             raised = ready.get("raised") if ready else None
             what = f"{raised}: {str(ready.get('message', ''))[:200]}" if ready and isinstance(raised, str) else "it exited or timed out while loading"
@@ -206,17 +210,6 @@ class Grader:
             return Grade(CRASH_SCORE, 0, total, True, reason, {"stderr_tail": stderr})
         reason = f"{passed} of {total} hidden tests passed"
         return Grade(passed / total if total else 0.0, passed, total, False, reason, {"notes": notes, "stderr_tail": stderr})
-
-    def _prepare_spare(self) -> None:
-        try:
-            box = Sandbox(self.backend, self.limits)
-            box.prepare()
-        except SandboxError:
-            return  # this grading goes on; the next one makes its own sandbox
-        with self._spare_lock:
-            surplus, self._spare = (box, self._spare) if self._spare is not None else (None, box)
-        if surplus is not None:
-            surplus.close()
 
     def _drive(self, submission: _Submission, spec: dict[str, Any], total: int) -> tuple[int, int, list[str]]:
         """Run ``spec`` on a test driver, relaying its calls to the submission: (passed, total, notes)."""
@@ -243,6 +236,100 @@ def _driver_spec(tests: CheckTests | AssertTests) -> dict[str, Any]:
     if isinstance(tests, CheckTests):
         return {"kind": "check", "prompt": tests.prompt, "test": tests.test, "entry_point": tests.entry_point}
     return {"kind": "asserts", "asserts": list(tests.asserts), "names": list(tests.names), "setup": tests.setup, "reference": tests.reference}
+
+
+def _close(chores: _Chores, drivers: _Drivers) -> None:
+    chores.close()
+    drivers.close()
+
+
+class _Chores:
+    """A grader's background thread: it prepares the next submission's sandbox and ends graded
+    submissions (kill, reap, delete the workspace), one job at a time in the order asked."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pid = os.getpid()
+        self._spare: Future[Sandbox | None] | None = None
+
+    def take_spare(self) -> Sandbox | None:
+        """The prepared sandbox (waiting for it if it is still being prepared), or None."""
+        with self._lock:
+            self._forget_after_fork()
+            spare, self._spare = self._spare, None
+        return spare.result() if spare is not None else None
+
+    def prepare_spare(self, backend: str | Backend, limits: Limits) -> None:
+        """Prepare a sandbox for the next submission in the background."""
+
+        def prepare() -> Sandbox | None:
+            try:
+                box = Sandbox(backend, limits)
+                box.prepare()
+            except SandboxError:
+                return None  # the next grading makes its own sandbox
+            return box
+
+        spare = self._submit(prepare)
+        if spare is None:
+            return
+        with self._lock:
+            older, self._spare = self._spare, spare
+        if older is not None:  # another thread's grading prepared one meanwhile
+            self._submit(lambda: _close_spare(older))
+
+    def finish(self, process: SandboxProcess, cleanup: contextlib.ExitStack) -> None:
+        """Kill ``process``, reap it and run ``cleanup`` (its sandbox's close) in the background."""
+
+        def end() -> None:
+            with contextlib.suppress(Exception):  # a backend that died has stopped everything already
+                process.kill()
+                process.wait()
+            with contextlib.suppress(Exception):
+                cleanup.close()
+
+        if self._submit(end) is None:
+            end()
+
+    def close(self) -> None:
+        """Run the jobs asked for so far, close the prepared sandbox and stop the thread."""
+        with self._lock:
+            self._forget_after_fork()
+            pool, self._pool = self._pool, None
+            spare, self._spare = self._spare, None
+        if pool is None:
+            return
+        if spare is not None:
+            pool.submit(_close_spare, spare)  # after the job preparing it
+        # Garbage collection may close a grader from a chores thread, which must not wait for itself.
+        pool.shutdown(wait=not threading.current_thread().name.startswith(_CHORES_THREAD))
+
+    def _submit(self, job: Callable[[], Any]) -> Future[Any] | None:
+        with self._lock:
+            self._forget_after_fork()
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix=_CHORES_THREAD)
+            pool = self._pool
+        try:
+            return pool.submit(job)
+        except RuntimeError:  # closed meanwhile: the caller does the work itself
+            return None
+
+    def _forget_after_fork(self) -> None:
+        # A forked child has none of its parent's threads: their jobs would never run there.
+        if self._pid != os.getpid():
+            self._pid, self._pool, self._spare = os.getpid(), None, None
+
+
+_CHORES_THREAD = "agentgym-grader"
+
+
+def _close_spare(spare: Future[Sandbox | None]) -> None:
+    with contextlib.suppress(Exception):
+        box = spare.result()
+        if box is not None:
+            box.close()
 
 
 # A driver retires after this many gradings or busy seconds (which also bound its CPU seconds),

@@ -457,6 +457,13 @@ class LocalProcess(SandboxProcess):
             except SandboxError:
                 pass  # a dead server has already killed everything it ran
 
+    def stderr_so_far(self) -> str:
+        # The pumps drain every ready pipe at once, so what the program wrote to standard error
+        # before a line of output was mostly read with it; this takes what is left in the pipe.
+        for fd in [fd for fd, capture in self._open.items() if capture is self._err]:
+            self._drain(fd)
+        return self._err.text()
+
     def __del__(self) -> None:
         self._close_all()
 

@@ -12,6 +12,7 @@ import pytest
 from agentgym.sandbox import Limits
 from agentgym.sandbox._harness import decode, encode, same
 from agentgym.sandbox.grading import CRASH_SCORE, AssertTests, CheckTests, FunctionTests, Grader, IOCase
+from agentgym.sandbox.local import leftovers
 
 
 def cases(pairs):
@@ -331,3 +332,24 @@ def test_a_driver_that_died_idle_or_hung_is_replaced(local_backend):
         assert not grader._drivers.idle
         assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0
     assert not grader._drivers.idle  # closing the grader stops its drivers
+
+
+def test_what_a_submission_printed_is_kept_and_closing_ends_every_submission(local_backend):
+    # Graded submissions are stopped and their workspaces deleted in the background; the grade
+    # still carries what they wrote to standard error, and close() waits for that work.
+    code = "import sys\nprint('loading', file=sys.stderr)\ndef add(a, b):\n    print('adding', a, b, file=sys.stderr)\n    return a + b\n"
+    before = set(leftovers())  # the fork server, and the module's grader's drivers
+    with Grader(local_backend, LIMITS) as grader:
+        grades = [grader.grade(code, TASKS["add"]) for _ in range(3)]
+    assert [g.score for g in grades] == [1.0] * 3
+    for grade in grades:
+        assert grade.details["stderr_tail"].splitlines() == [
+            "loading",
+            "adding 2 3",
+            "adding -7 24",
+            "adding 100000000000000000000 1",
+            "adding 0 -4",
+            "adding 123 877",
+            "adding -5 -6",
+        ]
+    assert set(leftovers()) <= before  # no submission's process, and not the prepared one, outlives close()
