@@ -12,7 +12,7 @@ Three measurements, each against its baseline in the same run:
 3. ``think``: ``env.step(run_python)`` latency when the model takes ``--think-ms`` between steps,
    as in a rollout: with CodeExec's prepared runs (the next run sets up during the gap) against
    the same environment with ``Sandbox.prepare`` switched off, alternating.
-4. ``humaneval`` (with ``--humaneval PATH`` to HumanEval.jsonl.gz): every canonical solution
+4. ``humaneval`` (the bundled HumanEval.jsonl.gz, or ``--humaneval PATH``): every canonical solution
    graded sequentially through CodeExec's ``submit`` (all must pass), then every bare prompt
    (all must fail); tasks per second, p50/p99 and CPU per task. Target: >= 150 tasks/s.
 
@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 
 import gymnasium as gym
 
@@ -44,6 +45,7 @@ from agentgym.parsing import format_tool_call
 from agentgym.sandbox import Limits, Sandbox
 
 SNIPPET = "print(1)"
+HUMANEVAL = resources.files("agentgym.tasks") / "code_exec" / "humaneval" / "HumanEval.jsonl.gz"
 PYTHON = os.path.realpath(sys.executable)
 
 
@@ -276,7 +278,7 @@ def main() -> None:
     parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     parser.add_argument("--env-runs", type=int, default=400, help="env.step(run_python) calls per concurrency level (0: skip)")
     parser.add_argument("--think-ms", type=float, default=10.0, help="pause between steps for the think-time latency (0: skip)")
-    parser.add_argument("--humaneval", help="HumanEval.jsonl.gz: also grade its 164 tasks through CodeExec's submit")
+    parser.add_argument("--humaneval", default=str(HUMANEVAL), help="HumanEval file whose tasks are graded through CodeExec's submit ('' skips)")
     parser.add_argument("--slices", type=int, default=4, help="alternate measured/plain in this many slices per level")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args()

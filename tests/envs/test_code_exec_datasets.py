@@ -1,15 +1,15 @@
-"""The public contract of CodeExec-v0 on HumanEval and MBPP files (skipped when the data is absent).
+"""The public contract of CodeExec-v0 on the bundled HumanEval and MBPP files.
 
 ``gym.make("agentgym/CodeExec-v0", tasks=PATH)``, ``reset(seed=0, options={"task_id": ID})`` and a
 ``submit`` tool call end the episode with the grade: HumanEval 1.0 iff its ``check`` passes,
-MBPP the fraction of its ``test_list`` asserts. The data is read from the shared anchors folder
-only by these tests, never by the project.
+MBPP the fraction of its ``test_list`` asserts.
 """
 
 import gzip
 import json
 import random
 from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
 from pathlib import Path
 
 import gymnasium as gym
@@ -20,10 +20,10 @@ from agentgym.parsing import format_tool_call
 from agentgym.sandbox import SandboxUnavailable, get_backend
 
 ENV_ID = "agentgym/CodeExec-v0"
-ANCHORS = Path(__file__).resolve().parents[3] / "shared" / "anchors" / "code"
-HUMANEVAL = ANCHORS / "humaneval" / "HumanEval.jsonl.gz"
-MBPP = ANCHORS / "mbpp" / "mbpp.jsonl"
-MBPP_SANITIZED = ANCHORS / "mbpp" / "sanitized-mbpp.json"
+DATA = Path(str(resources.files("agentgym.tasks") / "code_exec"))
+HUMANEVAL = DATA / "humaneval" / "HumanEval.jsonl.gz"
+MBPP = DATA / "mbpp" / "mbpp.jsonl.gz"
+MBPP_SANITIZED = DATA / "mbpp" / "sanitized-mbpp.json.gz"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -34,12 +34,6 @@ def sandbox_backend():
         pytest.skip(f"no sandbox backend here: {exc}")
     if ENV_ID not in gym.registry:  # until envs/__init__.py lists the id
         gym.register(id=ENV_ID, entry_point="agentgym.envs.code_exec.env:CodeExecEnv")
-
-
-def needs(path: Path) -> Path:
-    if not path.is_file():
-        pytest.skip(f"{path.name} is not available here")
-    return path
 
 
 def submit_rewards(path: Path, submissions: list[tuple[str, str]], workers: int = 4) -> list[float]:
@@ -66,7 +60,7 @@ def submit_rewards(path: Path, submissions: list[tuple[str, str]], workers: int 
 
 
 def test_all_humaneval_canonical_solutions_pass_and_empty_bodies_score_zero():
-    path = needs(HUMANEVAL)
+    path = HUMANEVAL
     records = [json.loads(line) for line in gzip.open(path, "rt")]
     assert len(records) == 164
     canonical = submit_rewards(path, [(r["task_id"], r["prompt"] + r["canonical_solution"]) for r in records])
@@ -76,15 +70,15 @@ def test_all_humaneval_canonical_solutions_pass_and_empty_bodies_score_zero():
 
 
 def test_humaneval_prompt_shows_the_code_to_complete():
-    env = gym.make(ENV_ID, tasks=needs(HUMANEVAL))
+    env = gym.make(ENV_ID, tasks=HUMANEVAL)
     observation, info = env.reset(seed=0, options={"task_id": "HumanEval/0"})
     assert info["task_id"] == "HumanEval/0" and "def has_close_elements(" in observation[1]["content"]
     env.close()
 
 
 def test_mbpp_reference_solutions_pass_and_rewards_are_assert_fractions():
-    path = needs(MBPP)
-    records = {r["task_id"]: r for r in (json.loads(line) for line in path.read_text().splitlines())}
+    path = MBPP
+    records = {r["task_id"]: r for r in (json.loads(line) for line in gzip.open(path, "rt"))}
     assert len(records) == 974
     sample = sorted(random.Random(0).sample(sorted(records), 60) + [367, 927])  # 367 and 927 pass tree objects
     rewards = submit_rewards(path, [(f"Mbpp/{i}", records[i]["code"]) for i in sample])
@@ -96,17 +90,17 @@ def test_mbpp_reference_solutions_pass_and_rewards_are_assert_fractions():
 
 
 def test_mbpp_shows_one_assert_and_grades_on_all():
-    tasks = {t["task_id"]: t for t in load_tasks(needs(MBPP))}
+    tasks = {t["task_id"]: t for t in load_tasks(MBPP)}
     task = tasks["Mbpp/2"]
     assert task["prompt"].count("assert ") == 1 and len(task["asserts"]) == 3 and task["names"] == ["similar_elements"]
 
 
 def test_sanitized_mbpp_json_and_gzipped_or_plain_files_load(tmp_path):
-    sanitized = load_tasks(needs(MBPP_SANITIZED))
+    sanitized = load_tasks(MBPP_SANITIZED)
     assert len(sanitized) == 427 and all(t["format"] == "mbpp" for t in sanitized)
     rewards = submit_rewards(MBPP_SANITIZED, [(t["task_id"], t["solution"]) for t in sanitized[:12]], workers=2)
     assert rewards == [1.0] * 12
-    records = [json.loads(line) for line in gzip.open(needs(HUMANEVAL), "rt")][:3]
+    records = [json.loads(line) for line in gzip.open(HUMANEVAL, "rt")][:3]
     plain, packed = tmp_path / "he.jsonl", tmp_path / "he.jsonl.gz"
     plain.write_text("".join(json.dumps(r) + "\n" for r in records))
     with gzip.open(packed, "wt") as handle:
