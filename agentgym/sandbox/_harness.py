@@ -231,6 +231,20 @@ def drive() -> None:
         _say(writer, _run_spec(json.loads(line), reader, writer))
 
 
+_COMPILED: dict[str, types.CodeType] = {}
+_MAX_COMPILED = 256
+
+
+def _compiled(source: str) -> types.CodeType:
+    """``source`` compiled once per driver: a GRPO group grades the same task many times over."""
+    code = _COMPILED.get(source)
+    if code is None:
+        if len(_COMPILED) >= _MAX_COMPILED:
+            _COMPILED.clear()
+        code = _COMPILED[source] = compile(source, "<test>", "exec")
+    return code
+
+
 def _run_spec(spec: dict[str, Any], reader: Any, writer: Any) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "__test__"}
 
@@ -250,9 +264,9 @@ def _run_spec(spec: dict[str, Any], reader: Any, writer: Any) -> dict[str, Any]:
     passed, total, failures = 0, 1, []
     try:
         if spec["kind"] == "check":
-            exec(spec["prompt"], namespace)
+            exec(_compiled(spec["prompt"]), namespace)
             namespace[spec["entry_point"]] = proxy(spec["entry_point"])  # some checks call it by name
-            exec(spec["test"], namespace)
+            exec(_compiled(spec["test"]), namespace)
             try:
                 namespace["check"](proxy(spec["entry_point"]))
                 passed = 1
@@ -260,15 +274,15 @@ def _run_spec(spec: dict[str, Any], reader: Any, writer: Any) -> dict[str, Any]:
                 failures.append(f"{type(exc).__name__}: {str(exc)[:200]}")
         else:
             if spec.get("reference"):
-                exec(spec["reference"], namespace)
+                exec(_compiled(spec["reference"]), namespace)
             if spec.get("setup"):
-                exec(spec["setup"], namespace)
+                exec(_compiled(spec["setup"]), namespace)
             for name in spec["names"]:
                 namespace[name] = proxy(name)
             total = len(spec["asserts"])
             for index, statement in enumerate(spec["asserts"]):
                 try:
-                    exec(statement, namespace)
+                    exec(_compiled(statement), namespace)
                     passed += 1
                 except Exception as exc:  # noqa: BLE001 - a failed assert is a result
                     failures.append(f"assert {index}: {type(exc).__name__}: {str(exc)[:200]}")
