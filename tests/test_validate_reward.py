@@ -50,16 +50,6 @@ def test_shipped_labelled_set_validates(path):
     assert report["accuracy"] >= 0.95 and all(c["passed"] for c in report["checks"])
 
 
-def test_refund_labelled_set_is_reproducible(tmp_path):
-    from agentgym.envs.refund import labelled
-
-    out = tmp_path / "labelled.jsonl"
-    from agentgym.rollout import write_jsonl
-
-    write_jsonl(out, labelled.build())
-    assert out.read_bytes() == (Path(str(resources.files("agentgym.tasks"))) / "refund" / "labelled.jsonl").read_bytes()
-
-
 def test_format_only_reward_is_rejected_with_a_readable_report():
     path = next(p for p in _labelled_sets() if "/refund/" in p)
     result = _validate(path, "--reward", "broken_rewards:format_only")

@@ -406,14 +406,3 @@ def test_same_seed_same_actions_same_episode_record():
         for seed, policy in enumerate(["oracle", "random", "oracle"]):
             lines.append(to_json_line(run_episode(env, make_policy(env, policy, seed), seed=seed)))
     assert lines[:3] == lines[3:]
-
-
-def test_labelled_set_is_a_fresh_build(tmp_path):
-    from importlib import resources
-
-    from agentgym.envs.tau_retail import labelled
-    from agentgym.rollout import write_jsonl
-
-    out = tmp_path / "labelled.jsonl"
-    write_jsonl(out, labelled.build())
-    assert out.read_bytes() == (resources.files("agentgym.tasks") / "tau_retail" / "labelled.jsonl").read_bytes()

@@ -2,7 +2,7 @@
 
 A family is one kind of problem with a parameterised statement and reference solution; each of
 its variants fixes the parameters, so variants are different problems (another divisor, base,
-window, coin set...) that a model must read carefully. ``generate.py`` turns every variant into
+window, coin set...) that a model must read carefully. ``tasks.py`` turns every variant into
 a task: visible examples, hidden tests whose expected values come from running the reference
 solution, and that solution as the oracle.
 

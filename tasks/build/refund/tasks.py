@@ -5,14 +5,13 @@ refund, a restocking-fee refund, or a denial for a named reason): dates, categor
 prior refunds are chosen to produce exactly that outcome. The expected final state is written
 into the task, so the reward never re-derives it from the policy code.
 
-    python -m agentgym.envs.refund.generate tasks/refund   # rewrites train/val/test.jsonl
+    python -m agentgym.tasks.build.refund.tasks tasks/refund   # rewrites train/val/test.jsonl
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
+from collections.abc import Sequence
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from agentgym.envs.names import FIRST_NAMES, LAST_NAMES
 from agentgym.envs.refund.rules import DAMAGED_ON_ARRIVAL_DAYS, RESTOCKING_FEE, RETURN_WINDOW_DAYS, TODAY, money
+from agentgym.tasks.build import folder_parser, write_splits
 
 SEED = 20250615
 N_TASKS = 600
@@ -256,18 +256,13 @@ def _expected(order: dict[str, Any], items: list[dict[str, Any]], outcomes: list
     }
 
 
-def write(folder: Path, seed: int = SEED, n_tasks: int = N_TASKS) -> None:
-    """Write ``{split}.jsonl`` files into ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, tasks in generate(seed, n_tasks).items():
-        lines = "".join(json.dumps(t, ensure_ascii=False, sort_keys=True) + "\n" for t in tasks)
-        (folder / f"{split}.jsonl").write_text(lines, encoding="utf-8")
+def write(folder: str | Path, seed: int = SEED, n_tasks: int = N_TASKS) -> list[Path]:
+    """Write ``{train,val,test}.jsonl`` into ``folder``; returns their paths."""
+    return write_splits(folder, generate(seed, n_tasks))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", type=Path, help="output folder, e.g. tasks/refund")
-    write(parser.parse_args().folder)
+def main(argv: Sequence[str] | None = None) -> None:
+    write(folder_parser(__doc__).parse_args(argv).folder)
 
 
 if __name__ == "__main__":

@@ -5,22 +5,21 @@ reads, and the changes the final state must show (see :mod:`agentgym.envs.mock_a
 The expected changes are computed here from the world's data, never by running a policy, so
 the oracle solving every task is an independent check of both.
 
-    python -m agentgym.envs.mock_api.taskgen tasks/mock_api   # rewrites train/val/test.jsonl
+    python -m agentgym.tasks.build.mock_api.tasks tasks/mock_api   # rewrites train/val/test.jsonl
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentgym.envs.mock_api.service import LIVE_STATUSES
 from agentgym.envs.mock_api.spec import DEFAULT_PER_PAGE
 from agentgym.envs.mock_api.world import COMPANIES, FIRST_NAMES, LAST_NAMES, SPAM_FAMILIES, TIERS, World, draw_subject, generate_world
+from agentgym.tasks.build import folder_parser, write_splits
 
 __all__ = ["TEMPLATES", "difficulty_of", "generate", "write"]
 
@@ -286,25 +285,17 @@ def generate(seed: int = SEED, n_tasks: int = N_TASKS) -> dict[str, list[Task]]:
     return splits
 
 
-def write(folder: str | Path, seed: int = SEED, n_tasks: int = N_TASKS) -> dict[str, int]:
-    """Write ``{split}.jsonl`` files into ``folder``; returns the task count per split."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    counts = {}
-    for split, tasks in generate(seed, n_tasks).items():
-        lines = "".join(json.dumps(t, sort_keys=True, ensure_ascii=False) + "\n" for t in tasks)
-        (folder / f"{split}.jsonl").write_text(lines, encoding="utf-8")
-        counts[split] = len(tasks)
-    return counts
+def write(folder: str | Path, seed: int = SEED, n_tasks: int = N_TASKS) -> list[Path]:
+    """Write ``{train,val,test}.jsonl`` into ``folder``; returns their paths."""
+    return write_splits(folder, generate(seed, n_tasks))
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Generate the MockAPI-v0 tasks.")
-    parser.add_argument("folder", help="where to write train/val/test.jsonl (the shipped set lives in tasks/mock_api)")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = folder_parser(__doc__)
     parser.add_argument("--seed", type=int, default=SEED)
     parser.add_argument("--n-tasks", type=int, default=N_TASKS)
     args = parser.parse_args(argv)
-    print(write(args.folder, args.seed, args.n_tasks))
+    write(args.folder, args.seed, args.n_tasks)
 
 
 if __name__ == "__main__":

@@ -10,14 +10,13 @@ Some trajectories need facts of the world (another city's name, a number printed
 they are read from the snapshot here, as an agent would read them with the tools. Labels never
 depend on the reward.
 
-    python -m agentgym.envs.knowledge.labelled tasks/knowledge
+    python -m agentgym.tasks.build.knowledge.labelled tasks/knowledge   # writes {sql,searchqa,toolmath}/labelled.jsonl
 """
 
 from __future__ import annotations
 
-import argparse
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -40,9 +39,9 @@ from agentgym.labelling import (
     without_calls,
 )
 from agentgym.parsing import format_tool_call, parse_action
-from agentgym.rollout import write_jsonl
+from agentgym.tasks.build import folder_parser, write_labelled
 
-__all__ = ["SEARCHQA_SCENARIOS", "SETS", "SQL_SCENARIOS", "TOOLMATH_SCENARIOS", "build", "main"]
+__all__ = ["SEARCHQA_SCENARIOS", "SETS", "SQL_SCENARIOS", "TOOLMATH_SCENARIOS", "build", "main", "write"]
 
 Task = dict[str, Any]
 _T = TypeVar("_T")
@@ -710,14 +709,13 @@ def build(family: str) -> list[dict[str, Any]]:
     return build_labelled(env_id, scenarios)
 
 
-def main() -> None:
-    """Write ``<out>/{sql,searchqa,toolmath}/labelled.jsonl``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("out", type=Path, help="the tasks/knowledge folder")
-    out = parser.parse_args().out
-    for family in SETS:
-        (out / family).mkdir(parents=True, exist_ok=True)
-        write_jsonl(out / family / "labelled.jsonl", build(family))
+def write(folder: str | Path) -> list[Path]:
+    """Write ``folder/{sql,searchqa,toolmath}/labelled.jsonl``; returns their paths."""
+    return [path for family in SETS for path in write_labelled(Path(folder) / family, build(family))]
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    write(folder_parser(__doc__).parse_args(argv).folder)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 Each scenario is a kind of agent behaviour with the verdict a support lead would give it under
 ``policy.md`` and why (see :mod:`agentgym.labelling`).
 
-    python -m agentgym.envs.refund.labelled tasks/refund/labelled.jsonl
+    python -m agentgym.tasks.build.refund.labelled tasks/refund
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from agentgym.labelling import (
@@ -19,12 +21,12 @@ from agentgym.labelling import (
     first_arguments,
     insert_after,
     keep,
-    labelled_main,
     prepend_malformed_turn,
     to_openai_messages,
     without_calls,
 )
 from agentgym.parsing import format_tool_call
+from agentgym.tasks.build import folder_parser, write_labelled
 
 ENV_ID = "agentgym/Refund-v0"
 
@@ -190,5 +192,14 @@ def build() -> list[dict[str, Any]]:
     return build_labelled(ENV_ID, SCENARIOS)
 
 
+def write(folder: str | Path) -> list[Path]:
+    """Write ``labelled.jsonl`` into ``folder``; returns its path."""
+    return write_labelled(folder, build())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    write(folder_parser(__doc__).parse_args(argv).folder)
+
+
 if __name__ == "__main__":
-    labelled_main(build, __doc__)
+    main()

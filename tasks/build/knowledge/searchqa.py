@@ -15,8 +15,8 @@ import random
 from typing import Any
 
 from agentgym.envs.knowledge.articles import display_value
-from agentgym.envs.knowledge.relations import Walk, describe_chain, describe_nested, random_walk
 from agentgym.envs.knowledge.world import World
+from agentgym.tasks.build.knowledge.relations import Walk, describe_chain, describe_nested, random_walk
 
 __all__ = ["ATTRIBUTES", "DIFFICULTY_HOPS", "question_about", "search_tasks"]
 

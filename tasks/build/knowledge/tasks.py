@@ -3,23 +3,23 @@
 Every task set comes from the fixed world (``WORLD_SEED``) and its own seeded RNG, is split
 70/15/15 into train/val/test by a seeded shuffle, and is written as one JSON object per line.
 
-    python -m agentgym.envs.knowledge.generate tasks/knowledge   # rewrites {sql,searchqa,toolmath}/{split}.jsonl
+    python -m agentgym.tasks.build.knowledge.tasks tasks/knowledge   # rewrites {sql,searchqa,toolmath}/{train,val,test}.jsonl
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym.envs.knowledge.gen_math import math_tasks
-from agentgym.envs.knowledge.gen_search import search_tasks
-from agentgym.envs.knowledge.gen_sql import sql_tasks
 from agentgym.envs.knowledge.snapshot import open_readonly
 from agentgym.envs.knowledge.sql_tool import ReadOnlySQL
 from agentgym.envs.knowledge.world import WORLD_SEED, generate_world
+from agentgym.tasks.build import folder_parser, write_splits
+from agentgym.tasks.build.knowledge.searchqa import search_tasks
+from agentgym.tasks.build.knowledge.sql import sql_tasks
+from agentgym.tasks.build.knowledge.toolmath import math_tasks
 
 __all__ = ["FAMILIES", "generate", "write"]
 
@@ -55,20 +55,13 @@ def generate(family: str) -> dict[str, list[dict[str, Any]]]:
     return splits
 
 
-def write(root: str | Path) -> None:
-    """Write every family's splits under ``root/{family}/{split}.jsonl``."""
-    for family in FAMILIES:
-        folder = Path(root) / family
-        folder.mkdir(parents=True, exist_ok=True)
-        for split, tasks in generate(family).items():
-            lines = "".join(json.dumps(t, ensure_ascii=False, sort_keys=True) + "\n" for t in tasks)
-            (folder / f"{split}.jsonl").write_text(lines, encoding="utf-8")
+def write(folder: str | Path) -> list[Path]:
+    """Write every family's splits to ``folder/{family}/{train,val,test}.jsonl``; returns their paths."""
+    return [path for family in FAMILIES for path in write_splits(Path(folder) / family, generate(family))]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("root", help="output folder, normally tasks/knowledge")
-    write(parser.parse_args().root)
+def main(argv: Sequence[str] | None = None) -> None:
+    write(folder_parser(__doc__).parse_args(argv).folder)
 
 
 if __name__ == "__main__":

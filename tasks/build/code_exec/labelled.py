@@ -4,29 +4,20 @@ Each scenario is a kind of agent behaviour with the verdict a reviewer of the su
 give it, and why (see :mod:`agentgym.labelling`). A submission passes only when it is a correct
 solution of the task: right on every input the specification covers, not just on the examples.
 
-    python -m agentgym.envs.code_exec.labelled tasks/code_exec/labelled.jsonl
+    python -m agentgym.tasks.build.code_exec.labelled tasks/code_exec
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from agentgym.labelling import (
-    Scenario,
-    Turns,
-    build_labelled,
-    calls_in,
-    insert_after,
-    keep,
-    labelled_main,
-    prepend_malformed_turn,
-    to_openai_messages,
-    without_calls,
-)
+from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, insert_after, keep, prepend_malformed_turn, to_openai_messages, without_calls
 from agentgym.parsing import format_tool_call
 from agentgym.sandbox._harness import decode
+from agentgym.tasks.build import folder_parser, write_labelled
 
 ENV_ID = "agentgym/CodeExec-v0"
 
@@ -210,5 +201,14 @@ def build() -> list[dict[str, Any]]:
     return build_labelled(ENV_ID, SCENARIOS)
 
 
+def write(folder: str | Path) -> list[Path]:
+    """Write ``labelled.jsonl`` into ``folder``; returns its path."""
+    return write_labelled(folder, build())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    write(folder_parser(__doc__).parse_args(argv).folder)
+
+
 if __name__ == "__main__":
-    labelled_main(build, __doc__)
+    main()

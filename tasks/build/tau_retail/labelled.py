@@ -5,17 +5,20 @@ reward is meant to give it and why (see :mod:`agentgym.labelling`). The train sp
 because its ground truth is write-only: an agent that does nothing fails every one of its tasks
 but five, none of which the scenarios pick.
 
-    python -m agentgym.envs.tau_retail.labelled tasks/tau_retail/labelled.jsonl
+    python -m agentgym.tasks.build.tau_retail.labelled tasks/tau_retail
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
-from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, edit_calls, insert_after, keep, labelled_main, prepend_malformed_turn
+from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, edit_calls, insert_after, keep, prepend_malformed_turn
 from agentgym.parsing import format_tool_call
+from agentgym.tasks.build import folder_parser, write_labelled
 
 ENV_ID = "agentgym/TauRetail-v0"
 
@@ -120,5 +123,14 @@ def build() -> list[dict[str, Any]]:
     return build_labelled(ENV_ID, SCENARIOS, split="train", per_scenario=6)
 
 
+def write(folder: str | Path) -> list[Path]:
+    """Write ``labelled.jsonl`` into ``folder``; returns its path."""
+    return write_labelled(folder, build())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    write(folder_parser(__doc__).parse_args(argv).folder)
+
+
 if __name__ == "__main__":
-    labelled_main(build, __doc__)
+    main()

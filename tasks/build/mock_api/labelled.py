@@ -5,27 +5,19 @@ and why (see :mod:`agentgym.labelling`). Most scenarios run without faults, so a
 trajectory means exactly what its label says; two run at ``fault_rate=0.5``, where the oracle's
 recoveries are the behaviour being judged.
 
-    python -m agentgym.envs.mock_api.labelled tasks/mock_api/labelled.jsonl
+    python -m agentgym.tasks.build.mock_api.labelled tasks/mock_api
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from agentgym.envs.mock_api.world import generate_world
-from agentgym.labelling import (
-    Scenario,
-    Turns,
-    build_labelled,
-    calls_in,
-    first_arguments,
-    insert_after,
-    keep,
-    labelled_main,
-    prepend_malformed_turn,
-    to_openai_messages,
-)
+from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, first_arguments, insert_after, keep, prepend_malformed_turn, to_openai_messages
 from agentgym.parsing import format_tool_call
+from agentgym.tasks.build import folder_parser, write_labelled
 
 ENV_ID = "agentgym/MockAPI-v0"
 
@@ -248,5 +240,14 @@ def build() -> list[dict[str, Any]]:
     return build_labelled(ENV_ID, SCENARIOS) + build_labelled(ENV_ID, FAULTY_SCENARIOS, fault_rate=0.5)
 
 
+def write(folder: str | Path) -> list[Path]:
+    """Write ``labelled.jsonl`` into ``folder``; returns its path."""
+    return write_labelled(folder, build())
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    write(folder_parser(__doc__).parse_args(argv).folder)
+
+
 if __name__ == "__main__":
-    labelled_main(build, __doc__)
+    main()

@@ -1,6 +1,6 @@
 """Deterministic generator of CodeExec-v0's bundled task set.
 
-Every variant of every family in :mod:`agentgym.envs.code_exec.families` becomes one task with
+Every variant of every family in :mod:`agentgym.tasks.build.code_exec.families` becomes one task with
 3 visible examples (shown in the prompt) and 10 hidden tests (for the reward) whose inputs never
 repeat a visible one, and of which no more than half share one expected value (so a function
 returning a constant, or an example's answer, scores at most 0.5). Expected values come from running the family's reference solution, which
@@ -9,22 +9,23 @@ is also the task's oracle; the generator runs only that trusted code, in this pr
 Families, not tasks, are split into train/val/test (about 70/15/15 of the tasks), so the
 evaluation splits hold kinds of problems never seen in training.
 
-    python -m agentgym.envs.code_exec.generate tasks/code_exec   # rewrites train/val/test.jsonl
+    python -m agentgym.tasks.build.code_exec.tasks tasks/code_exec   # rewrites train/val/test.jsonl
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import random
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from string import Template
 from typing import Any
 
-from agentgym.envs.code_exec.families import FAMILIES, Family
 from agentgym.sandbox._harness import canonical, decode, encode
+from agentgym.tasks.build import folder_parser, write_splits
+from agentgym.tasks.build.code_exec.families import FAMILIES, Family
 
 SEED = 20251121
 N_VISIBLE = 3
@@ -135,20 +136,15 @@ def _canonical(tree: Any) -> Any:
     return tree
 
 
-def write(folder: str | Path, seed: int = SEED) -> None:
-    """Write ``{train,val,test}.jsonl`` into ``folder``."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    for split, tasks in generate(seed).items():
-        text = "".join(json.dumps(t, sort_keys=True, ensure_ascii=False) + "\n" for t in tasks)
-        (folder / f"{split}.jsonl").write_text(text, encoding="utf-8")
+def write(folder: str | Path, seed: int = SEED) -> list[Path]:
+    """Write ``{train,val,test}.jsonl`` into ``folder``; returns their paths."""
+    return write_splits(folder, generate(seed))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description="Write CodeExec-v0's bundled tasks.")
-    parser.add_argument("folder", help="output folder, normally tasks/code_exec")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = folder_parser(__doc__)
     parser.add_argument("--seed", type=int, default=SEED)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     write(args.folder, args.seed)
 
 

@@ -21,8 +21,8 @@ from fractions import Fraction
 from typing import Any
 
 from agentgym.envs.knowledge.articles import display_value
-from agentgym.envs.knowledge.relations import Walk, describe_nested, extend, random_walk
 from agentgym.envs.knowledge.world import World
+from agentgym.tasks.build.knowledge.relations import Walk, describe_nested, extend, random_walk
 
 __all__ = ["TEMPLATES", "MathTemplate", "math_tasks", "round_half_up"]
 

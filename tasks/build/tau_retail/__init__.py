@@ -1,0 +1,1 @@
+"""Builder of TauRetail-v0's labelled set (``tasks/tau_retail``; the tasks are τ-bench's)."""
