@@ -9,22 +9,26 @@ nesting and may leave out anything that keeps its default::
     grpo: {steps: 10, kl_coef: 0.0}
     sft: {steps: 20}
 
-:func:`load_config` validates types with pydantic (unknown keys, wrong types and values outside
-the allowed choices are reported with their dotted path) and then checks values and their
-combinations; every problem raises :class:`ConfigError`, a ``ValueError`` with one line per
-problem.
+The sections are pydantic dataclasses: every field declares its type and its bounds
+(``Annotated[int, Field(ge=1)]``), and they are checked whenever a section is made, from YAML,
+from a dict or in Python. Unknown keys, wrong types and values out of bounds are all reported at
+once, each with its dotted path (``grpo.epochs: must be >= 1 (got 0)``); the few rules that relate
+two options (:func:`_combination_problems`) are checked once every option is valid on its own.
+Every problem raises :class:`ConfigError`, a ``ValueError`` with one line per problem.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import functools
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar, Union, cast, dataclass_transform, get_args, get_origin
 
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+import pydantic.dataclasses
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from agentgym.episode import RolloutSettings
 from agentgym.trainers.grpo import LossAgg
@@ -41,6 +45,8 @@ __all__ = [
     "SFTSection",
     "TrainConfig",
     "apply_overrides",
+    "config_dataclass",
+    "config_error",
     "config_from_dict",
     "config_to_dict",
     "dump_config",
@@ -48,29 +54,172 @@ __all__ = [
     "parse_override",
 ]
 
-# Unknown keys are errors, so a typo in a YAML file cannot silently fall back to a default.
-_STRICT_KEYS = ConfigDict(extra="forbid")
-
 Schedule = Literal["constant", "linear", "cosine"]
 
-# Device names the trainer accepts; whether the device exists is checked when the model loads.
-_DEVICE = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
+# String patterns of the fields, and how an error states each. Device names the trainer accepts;
+# whether the device exists is checked when the model loads.
+_NOT_BLANK = r"\S"
+_DEVICE = r"^(auto|cpu|mps|cuda(:\d+)?)$"
+_REF_DEVICE = r"^(cpu|mps|cuda(:\d+)?)$"
+_PATTERNS = {
+    _NOT_BLANK: "must not be empty",
+    _DEVICE: "must be auto, cpu, mps, cuda or cuda:N",
+    _REF_DEVICE: "must be cpu, mps, cuda, cuda:N or null (the policy's device)",
+}
 
 
 class ConfigError(ValueError):
-    """An invalid configuration; the message lists every problem, one per line."""
+    """An invalid configuration; the message lists every problem, one per line.
+
+    Attributes:
+        problems: the problems, one line each, without the heading.
+    """
+
+    def __init__(self, message: str, problems: Sequence[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = list(problems) if problems is not None else [message]
+
+    @classmethod
+    def listing(cls, what: str, problems: Sequence[str]) -> ConfigError:
+        """``invalid <what>:`` and then the problems, one indented line each."""
+        return cls(f"invalid {what}:\n  " + "\n  ".join(problems), problems)
 
 
-@dataclass(frozen=True, kw_only=True)
+_T = TypeVar("_T")
+
+
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field, Field))
+def config_dataclass(what: str | None = None, *, kw_only: bool = False) -> Callable[[type[_T]], type[_T]]:
+    """Make a class a frozen configuration dataclass that checks itself when it is made.
+
+    The class becomes a pydantic dataclass that forbids unknown keys (a typo in a YAML file must
+    not fall back to a default silently) and validates every field's type and the bounds its
+    annotation declares; ``__post_init__`` may add checks that relate fields, raising
+    :class:`ConfigError`. Constructing it with bad values, directly or via ``dataclasses.replace``,
+    raises :class:`ConfigError` naming every problem (``what`` names the class in the heading).
+    """
+
+    def make(cls: type[_T]) -> type[_T]:
+        made = cast("type[_T]", pydantic.dataclasses.dataclass(frozen=True, kw_only=kw_only, config=ConfigDict(extra="forbid"))(cls))
+        validating_init = made.__init__
+        title = what or made.__name__
+
+        @functools.wraps(validating_init)
+        def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+            try:
+                validating_init(self, *args, **kwargs)
+            except ValidationError as exc:
+                raise config_error(exc, made, title) from None
+
+        made.__init__ = __init__  # type: ignore[method-assign]
+        return made
+
+    return make
+
+
+def config_error(exc: ValidationError, root: type, what: str) -> ConfigError:
+    """The :class:`ConfigError` for pydantic's errors while validating ``root``: one line per
+    problem, ``<dotted path>: <what is wrong> (got <value>)``."""
+    problems: list[str] = []
+    unions: dict[str, tuple[int, list[str], Any]] = {}  # every member of a union reports the value: one line for all
+    errors = exc.errors()
+    for error in errors:
+        loc = error["loc"]
+        if error["type"] == "too_short" and any(len(e["loc"]) > len(loc) and e["loc"][: len(loc)] == loc for e in errors):
+            continue  # pydantic counts only the valid items, and the invalid ones are reported
+        path, section, member = _where(root, loc)
+        raised = (error.get("ctx") or {}).get("error")
+        if error["type"] == "value_error" and isinstance(raised, ConfigError):  # checks relating fields
+            problems += [f"{path}: {p}" if path else p for p in raised.problems]
+        elif error["type"] == "value_error" and isinstance(raised, ValueError) and section:  # a section's own check
+            problems.append(f"{path}.{raised}" if path else str(raised))
+        elif error["type"] in ("missing", "unexpected_keyword_argument"):
+            problems.append(f"{path}: {_phrase(error)}")
+        elif member:
+            if path not in unions:
+                unions[path] = (len(problems), [], error.get("input"))
+                problems.append("")
+            unions[path][1].append(_phrase(error))
+        else:
+            problems.append(f"{path or '(top level)'}: {_phrase(error)} (got {error.get('input')!r})")
+    for path, (index, phrases, value) in unions.items():
+        problems[index] = f"{path}: {' or '.join(phrases)} (got {value!r})"
+    return ConfigError.listing(what, problems)
+
+
+_COMPARISONS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="), "less_than": ("lt", "<"), "less_than_equal": ("le", "<=")}
+
+
+def _phrase(error: Any) -> str:
+    """What is wrong, in the words of the configuration's messages."""
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind in _COMPARISONS:
+        key, sign = _COMPARISONS[kind]
+        bound = ctx[key]
+        return f"must be {sign} {int(bound) if isinstance(bound, float) and bound.is_integer() else bound}"
+    if kind == "too_short":
+        return "must not be empty" if ctx["min_length"] == 1 else f"must have at least {ctx['min_length']} items"
+    if kind == "string_pattern_mismatch":
+        return _PATTERNS.get(ctx["pattern"], f"must match {ctx['pattern']!r}")
+    if kind == "literal_error":
+        return f"must be {ctx['expected']}"
+    if kind == "unexpected_keyword_argument":
+        return "unknown option"
+    if kind == "value_error" and isinstance(ctx.get("error"), ValueError):
+        return str(ctx["error"])
+    message = str(error["msg"])
+    return "must be " + message.removeprefix("Input should be ") if message.startswith("Input should be ") else message
+
+
+def _where(root: type, loc: Sequence[int | str]) -> tuple[str, bool, bool]:
+    """Where an error is: its dotted path (option names through the sections, ``[i]`` for a
+    position in a tuple, ``.key`` in a mapping), whether that is a section, and whether the error
+    is one member's of a union (pydantic names the member in ``loc``; the path leaves it out)."""
+    names: list[str] = []
+    section: Any = root
+    annotation: Any = None
+    rest = list(loc)
+    while rest and section is not None and isinstance(rest[0], str) and rest[0] in section.__pydantic_fields__:
+        name = str(rest.pop(0))
+        names.append(name)
+        annotation = section.__pydantic_fields__[name].annotation
+        section = _section_type(annotation)
+    member = bool(rest) and isinstance(rest[0], str) and len(_not_none(annotation)) > 1
+    if member:
+        rest.pop(0)
+    path = ""
+    for part in [*names, *rest]:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}" if path else str(part)
+    return path, section is not None and not rest, member
+
+
+def _not_none(annotation: Any) -> tuple[Any, ...]:
+    """The members of a union annotation other than None (the annotation itself if it is no union)."""
+    if get_origin(annotation) in (Union, types.UnionType):
+        return tuple(a for a in get_args(annotation) if a is not type(None))
+    return (annotation,)
+
+
+def _section_type(annotation: Any) -> type | None:
+    """The configuration class an option's annotation holds (``X`` or ``X | None``), else None."""
+    members = _not_none(annotation)
+    if len(members) == 1 and isinstance(members[0], type) and hasattr(members[0], "__pydantic_fields__"):
+        return members[0]
+    return None
+
+
+@config_dataclass(kw_only=True)
 class RolloutSection(RolloutSettings):
     """How training rollouts are collected: the :class:`~agentgym.episode.RolloutSettings` every
     rollout path shares (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature``
     — also applied to the logits the loss sees — ``top_p``, ``template_kwargs``, ``tool_mode``),
-    plus what to roll out.
+    plus what to roll out. ``RolloutSettings`` checks its own budgets and sampling values.
 
     Attributes:
+        temperature: sampling temperature; above 0, since GRPO compares the samples of a group
+            (greedy groups have no variance).
         split: task split the training tasks come from.
-        task_ids: the training task pool; ``None`` means every task of ``split``.
+        task_ids: the training task pool; ``None`` (not an empty list) means every task of ``split``.
         num_tasks: distinct tasks per GRPO step, drawn from the pool in a seeded order that
             visits every task once before any repeats.
         group_size: episodes per task (the GRPO group, at least 2).
@@ -80,18 +229,17 @@ class RolloutSection(RolloutSettings):
             :class:`agentgym.runner.RolloutConfig`).
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
+    temperature: Annotated[float, Field(gt=0)] = 1.0
     split: str = "train"
-    task_ids: tuple[str, ...] | None = None
-    num_tasks: int = 8
-    group_size: int = 4
+    task_ids: Annotated[tuple[str, ...], Field(min_length=1)] | None = None
+    num_tasks: Annotated[int, Field(ge=1)] = 8
+    group_size: Annotated[int, Field(ge=2)] = 4
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    env_workers: int = 8
+    env_workers: Annotated[int, Field(ge=1)] = 8
     distinct_env_seeds: bool = False
 
 
-@dataclass(frozen=True)
+@config_dataclass()
 class OptimSection:
     """AdamW with a learning-rate schedule and gradient clipping.
 
@@ -105,18 +253,16 @@ class OptimSection:
         max_grad_norm: clip the global gradient norm to this; ``None`` disables clipping.
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
-    lr: float = 1e-6
-    weight_decay: float = 0.0
-    betas: tuple[float, float] = (0.9, 0.999)
-    eps: float = 1e-8
+    lr: Annotated[float, Field(gt=0)] = 1e-6
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (0.9, 0.999)
+    eps: Annotated[float, Field(gt=0)] = 1e-8
     schedule: Schedule = "constant"
-    warmup_steps: int = 0
-    max_grad_norm: float | None = 1.0
+    warmup_steps: Annotated[int, Field(ge=0)] = 0
+    max_grad_norm: Annotated[float, Field(gt=0)] | None = 1.0
 
 
-@dataclass(frozen=True)
+@config_dataclass()
 class GRPOSection:
     """The GRPO phase: steps, optimisation epochs, batching and the loss.
 
@@ -141,15 +287,13 @@ class GRPOSection:
         share_prefix: run the tokens all trajectories of a micro-batch share once (exact).
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
-    steps: int = 100
-    epochs: int = 1
-    mini_batch_size: int | None = None
-    micro_batch_size: int = 4
-    clip_eps: float = 0.2
-    clip_eps_high: float | None = None
-    kl_coef: float = 0.04
+    steps: Annotated[int, Field(ge=0)] = 100
+    epochs: Annotated[int, Field(ge=1)] = 1
+    mini_batch_size: Annotated[int, Field(ge=1)] | None = None
+    micro_batch_size: Annotated[int, Field(ge=1)] = 4
+    clip_eps: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    clip_eps_high: Annotated[float, Field(gt=0)] | None = None
+    kl_coef: Annotated[float, Field(ge=0)] = 0.04
     loss_agg: LossAgg = "seq-mean-token-mean"
     scale_by_std: bool = True
     filter_degenerate: bool = False
@@ -159,7 +303,7 @@ class GRPOSection:
     share_prefix: bool = True
 
 
-@dataclass(frozen=True)
+@config_dataclass()
 class SFTSection:
     """The supervised warm start on demonstration trajectories (masked next-token loss).
 
@@ -167,7 +311,7 @@ class SFTSection:
         steps: optimiser steps; 0 skips the phase.
         source: ``oracle`` (the environment's oracle policy) or a JSONL file of episode records
             (``agentgym rollout`` format); only successful episodes are kept.
-        task_ids: tasks to demonstrate; ``None`` means the rollout task pool.
+        task_ids: tasks to demonstrate; ``None`` (not an empty list) means the rollout task pool.
         num_tasks: at most this many of them (in a seeded order); ``None`` means all.
         batch_size: trajectories per optimiser step.
         micro_batch_size: trajectories per forward/backward pass.
@@ -178,27 +322,25 @@ class SFTSection:
         optim: the SFT optimiser (its own learning rate and schedule).
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
-    steps: int = 0
-    source: str = "oracle"
-    task_ids: tuple[str, ...] | None = None
-    num_tasks: int | None = None
-    batch_size: int = 8
-    micro_batch_size: int = 4
-    max_length: int | None = None
+    steps: Annotated[int, Field(ge=0)] = 0
+    source: Annotated[str, Field(pattern=_NOT_BLANK)] = "oracle"
+    task_ids: Annotated[tuple[str, ...], Field(min_length=1)] | None = None
+    num_tasks: Annotated[int, Field(ge=1)] | None = None
+    batch_size: Annotated[int, Field(ge=1)] = 8
+    micro_batch_size: Annotated[int, Field(ge=1)] = 4
+    max_length: Annotated[int, Field(ge=2)] | None = None
     env_kwargs: dict[str, Any] | None = None
     optim: OptimSection = field(default_factory=lambda: OptimSection(lr=1e-5))
 
 
-@dataclass(frozen=True)
+@config_dataclass()
 class EvalSection:
     """Evaluation before and after training, every ``every`` GRPO steps, and early stopping.
 
     Attributes:
         enabled: evaluate at all (off when something else evaluates the run, e.g. ``agentgym experiment``).
         split: the evaluation split.
-        task_ids: evaluation tasks; ``None`` takes ``num_tasks`` of ``split`` in a seeded order.
+        task_ids: evaluation tasks; ``None`` (not an empty list) takes ``num_tasks`` of ``split`` in a seeded order.
         num_tasks: tasks evaluated when ``task_ids`` is not given.
         samples: episodes per task (more than 1 only makes sense with ``temperature > 0``).
         temperature: sampling temperature of evaluation episodes (0: greedy).
@@ -209,21 +351,19 @@ class EvalSection:
         min_delta: the improvement that resets ``patience``.
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
     enabled: bool = True
     split: str = "val"
-    task_ids: tuple[str, ...] | None = None
-    num_tasks: int = 16
-    samples: int = 1
-    temperature: float = 0.0
-    every: int = 0
+    task_ids: Annotated[tuple[str, ...], Field(min_length=1)] | None = None
+    num_tasks: Annotated[int, Field(ge=1)] = 16
+    samples: Annotated[int, Field(ge=1)] = 1
+    temperature: Annotated[float, Field(ge=0)] = 0.0
+    every: Annotated[int, Field(ge=0)] = 0
     metric: Literal["success_rate", "reward_mean"] = "success_rate"
-    patience: int | None = None
-    min_delta: float = 0.0
+    patience: Annotated[int, Field(ge=1)] | None = None
+    min_delta: Annotated[float, Field(ge=0)] = 0.0
 
 
-@dataclass(frozen=True)
+@config_dataclass()
 class LoRASection:
     """Low-rank adapters via ``peft`` (optional dependency).
 
@@ -232,21 +372,19 @@ class LoRASection:
             adapters disabled, so no second copy is loaded.
         r: adapter rank.
         alpha: adapter scaling numerator (scale ``alpha / r``).
-        target_modules: module names to adapt, or ``all-linear``.
+        target_modules: module names to adapt (at least one), or ``all-linear``.
 
     There is no adapter dropout: the model stays in eval mode for the whole run, because the
     ratio of new to old logprobs must be exactly 1 before the first update.
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
     enabled: bool = False
-    r: int = 16
-    alpha: int = 32
-    target_modules: tuple[str, ...] | Literal["all-linear"] = "all-linear"
+    r: Annotated[int, Field(ge=1)] = 16
+    alpha: Annotated[int, Field(ge=1)] = 32
+    target_modules: Annotated[tuple[str, ...], Field(min_length=1)] | Literal["all-linear"] = "all-linear"
 
 
-@dataclass(frozen=True)
+@config_dataclass()
 class CheckpointSection:
     """Checkpoints for exact resume.
 
@@ -256,13 +394,11 @@ class CheckpointSection:
         keep: most recent checkpoints kept on disk.
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
-    every: int = 0
-    keep: int = 2
+    every: Annotated[int, Field(ge=0)] = 0
+    keep: Annotated[int, Field(ge=1)] = 2
 
 
-@dataclass(frozen=True)
+@config_dataclass()
 class LoggingSection:
     """Where metrics go besides ``metrics.jsonl``.
 
@@ -272,41 +408,37 @@ class LoggingSection:
         plots: draw PNG plots of the metrics at the end (needs ``matplotlib``).
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
     tensorboard: bool = True
     progress: bool = True
     plots: bool = True
 
 
-@dataclass(frozen=True)
+@config_dataclass("training configuration")
 class TrainConfig:
     """A complete training run: SFT warm start (optional), then GRPO.
 
     Attributes:
         env_id: the environment, e.g. ``agentgym/SQL-v0``.
         model: model reference for :func:`agentgym.models.load_model`; ``None`` is the default model.
-        device: ``auto``, ``cpu``, ``cuda``, ``cuda:1``, ...
+        device: ``auto``, ``cpu``, ``mps``, ``cuda``, ``cuda:1``, ...
         dtype: ``auto`` (float32 weights) or a torch dtype name for the weights themselves
             (``bfloat16`` halves memory but loses small updates).
         autocast: ``bf16`` runs matrix products in bfloat16 over float32 master weights (rollouts,
             evaluation and training alike); ``off`` computes in the weights' dtype; ``auto`` is
             ``bf16`` on CUDA and ``off`` elsewhere (on CPUs with AVX512-BF16 or AMX, ``bf16`` about
             halves the time of a training step).
-        ref_device: device of the frozen reference model; ``None`` means ``device``.
+        ref_device: device of the frozen reference model (not ``auto``); ``None`` means ``device``.
         seed: the seed every random choice derives from.
         output_dir: the run folder (config, metrics, plots, checkpoints, report, model).
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
-    env_id: str
+    env_id: Annotated[str, Field(pattern=_NOT_BLANK)]
     model: str | None = None
-    device: str = "auto"
+    device: Annotated[str, Field(pattern=_DEVICE)] = "auto"
     dtype: str = "auto"
     autocast: Literal["auto", "bf16", "off"] = "auto"
-    ref_device: str | None = None
-    seed: int = 0
+    ref_device: Annotated[str, Field(pattern=_REF_DEVICE)] | None = None
+    seed: Annotated[int, Field(ge=0)] = 0
     output_dir: str = "runs/train"
     rollout: RolloutSection = field(default_factory=RolloutSection)
     grpo: GRPOSection = field(default_factory=GRPOSection)
@@ -318,86 +450,32 @@ class TrainConfig:
     logging: LoggingSection = field(default_factory=LoggingSection)
 
     def __post_init__(self) -> None:
-        problems = _value_problems(self)
+        problems = _combination_problems(self)
         if problems:
-            raise ConfigError("invalid training configuration:\n  " + "\n  ".join(problems))
+            raise ConfigError.listing("training configuration", problems)
 
 
-def _value_problems(c: TrainConfig) -> list[str]:
-    """Every value or combination of values the trainer cannot run with."""
-    problems: list[str] = []
-
-    def need(ok: bool, message: str) -> None:
-        if not ok:
-            problems.append(message)
-
-    need(bool(c.env_id.strip()), "env_id must not be empty")
-    need(_DEVICE.fullmatch(c.device) is not None, f"device must be auto, cpu, cuda or cuda:N, got {c.device!r}")
-    need(
-        c.ref_device is None or (_DEVICE.fullmatch(c.ref_device) is not None and c.ref_device != "auto"),
-        f"ref_device must be cpu, cuda or cuda:N (or null for the policy's device), got {c.ref_device!r}",
-    )
-    need(
-        c.ref_device is None or not c.lora.enabled,
-        "ref_device does not apply with LoRA: the reference is the policy with its adapters off (leave ref_device out)",
-    )
-    need(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
-    r = c.rollout  # RolloutSettings checked its own budgets and sampling values
-    need(r.num_tasks >= 1, f"rollout.num_tasks must be >= 1, got {r.num_tasks}")
-    need(r.group_size >= 2, f"rollout.group_size must be >= 2 (GRPO compares samples of a task), got {r.group_size}")
-    need(r.temperature > 0, f"rollout.temperature must be > 0 for GRPO (greedy groups have no variance), got {r.temperature}")
-    need(r.env_workers >= 1, f"rollout.env_workers must be >= 1, got {r.env_workers}")
-    need(r.task_ids is None or len(r.task_ids) > 0, "rollout.task_ids must not be empty (leave it out for the whole split)")
-    g = c.grpo
-    need(g.steps >= 0, f"grpo.steps must be >= 0, got {g.steps}")
-    need(g.epochs >= 1, f"grpo.epochs must be >= 1, got {g.epochs}")
-    need(g.micro_batch_size >= 1, f"grpo.micro_batch_size must be >= 1, got {g.micro_batch_size}")
-    need(g.mini_batch_size is None or g.mini_batch_size >= 1, f"grpo.mini_batch_size must be >= 1, got {g.mini_batch_size}")
-    need(0 < g.clip_eps < 1, f"grpo.clip_eps must be in (0, 1), got {g.clip_eps}")
-    need(g.clip_eps_high is None or g.clip_eps_high > 0, f"grpo.clip_eps_high must be > 0, got {g.clip_eps_high}")
-    need(g.kl_coef >= 0, f"grpo.kl_coef must be >= 0, got {g.kl_coef}")
-    need(
-        g.old_logprobs != "sampling" or r.top_p == 1,
-        "grpo.old_logprobs='sampling' needs rollout.top_p=1: top-p sampling logprobs are renormalised over "
-        "the nucleus, so they are not the policy's logprobs (use 'recompute')",
-    )
-    need(
-        not g.train_on_env_tokens or g.old_logprobs == "recompute",
-        "grpo.train_on_env_tokens needs grpo.old_logprobs='recompute' (there are no sampling logprobs for environment tokens)",
-    )
-    for name, o in (("optim", c.optim), ("sft.optim", c.sft.optim)):
-        need(o.lr > 0, f"{name}.lr must be > 0, got {o.lr}")
-        need(o.weight_decay >= 0, f"{name}.weight_decay must be >= 0, got {o.weight_decay}")
-        need(all(0 <= b < 1 for b in o.betas), f"{name}.betas must be in [0, 1), got {list(o.betas)}")
-        need(o.eps > 0, f"{name}.eps must be > 0, got {o.eps}")
-        need(o.warmup_steps >= 0, f"{name}.warmup_steps must be >= 0, got {o.warmup_steps}")
-        need(o.max_grad_norm is None or o.max_grad_norm > 0, f"{name}.max_grad_norm must be > 0 (or null), got {o.max_grad_norm}")
-    s = c.sft
-    need(s.steps >= 0, f"sft.steps must be >= 0, got {s.steps}")
-    need(bool(s.source.strip()), "sft.source must be 'oracle' or a path to a JSONL file of episode records")
-    need(s.num_tasks is None or s.num_tasks >= 1, f"sft.num_tasks must be >= 1, got {s.num_tasks}")
-    need(s.batch_size >= 1, f"sft.batch_size must be >= 1, got {s.batch_size}")
-    need(s.micro_batch_size >= 1, f"sft.micro_batch_size must be >= 1, got {s.micro_batch_size}")
-    need(s.max_length is None or s.max_length >= 2, f"sft.max_length must be >= 2, got {s.max_length}")
-    need(s.task_ids is None or len(s.task_ids) > 0, "sft.task_ids must not be empty (leave it out for the rollout pool)")
-    e = c.eval
-    need(e.num_tasks >= 1, f"eval.num_tasks must be >= 1, got {e.num_tasks}")
-    need(e.samples >= 1, f"eval.samples must be >= 1, got {e.samples}")
-    need(e.temperature >= 0, f"eval.temperature must be >= 0, got {e.temperature}")
-    need(e.every >= 0, f"eval.every must be >= 0, got {e.every}")
-    need(e.patience is None or e.patience >= 1, f"eval.patience must be >= 1, got {e.patience}")
-    need(e.patience is None or e.every >= 1, "eval.patience needs eval.every >= 1 (early stopping compares periodic evaluations)")
-    need(e.enabled or e.every == 0, "eval.every needs eval.enabled")
-    need(e.min_delta >= 0, f"eval.min_delta must be >= 0, got {e.min_delta}")
-    need(e.task_ids is None or len(e.task_ids) > 0, "eval.task_ids must not be empty (leave it out to draw num_tasks)")
-    lo = c.lora
-    need(lo.r >= 1, f"lora.r must be >= 1, got {lo.r}")
-    need(lo.alpha >= 1, f"lora.alpha must be >= 1, got {lo.alpha}")
-    need(lo.target_modules == "all-linear" or len(lo.target_modules) > 0, "lora.target_modules must name at least one module")
-    need(c.checkpoint.every >= 0, f"checkpoint.every must be >= 0, got {c.checkpoint.every}")
-    need(c.checkpoint.keep >= 1, f"checkpoint.keep must be >= 1, got {c.checkpoint.keep}")
-    need(g.steps > 0 or s.steps > 0, "nothing to do: grpo.steps and sft.steps are both 0 (set one, e.g. agentgym train/sft --steps N)")
-    return problems
+def _combination_problems(c: TrainConfig) -> list[str]:
+    """The options the trainer cannot run with together (each option's own bounds are on its field)."""
+    checks = [
+        (
+            c.ref_device is None or not c.lora.enabled,
+            "ref_device does not apply with LoRA: the reference is the policy with its adapters off (leave ref_device out)",
+        ),
+        (
+            c.grpo.old_logprobs != "sampling" or c.rollout.top_p == 1,
+            "grpo.old_logprobs='sampling' needs rollout.top_p=1: top-p sampling logprobs are renormalised over "
+            "the nucleus, so they are not the policy's logprobs (use 'recompute')",
+        ),
+        (
+            not c.grpo.train_on_env_tokens or c.grpo.old_logprobs == "recompute",
+            "grpo.train_on_env_tokens needs grpo.old_logprobs='recompute' (there are no sampling logprobs for environment tokens)",
+        ),
+        (c.eval.patience is None or c.eval.every >= 1, "eval.patience needs eval.every >= 1 (early stopping compares periodic evaluations)"),
+        (c.eval.enabled or c.eval.every == 0, "eval.every needs eval.enabled"),
+        (c.grpo.steps > 0 or c.sft.steps > 0, "nothing to do: grpo.steps and sft.steps are both 0 (set one, e.g. agentgym train/sft --steps N)"),
+    ]
+    return [message for ok, message in checks if not ok]
 
 
 _ADAPTER = TypeAdapter(TrainConfig)
@@ -414,19 +492,7 @@ def config_from_dict(data: Mapping[str, Any]) -> TrainConfig:
     try:
         return _ADAPTER.validate_python(dict(data))
     except ValidationError as exc:
-        lines = []
-        for error in exc.errors():
-            raised = error.get("ctx", {}).get("error")
-            if isinstance(raised, ConfigError):  # value checks of TrainConfig.__post_init__
-                raise raised from None
-            path = ".".join(str(p) for p in error["loc"]) or "(top level)"
-            if error["type"] == "value_error" and isinstance(raised, ValueError):  # a section's own check
-                lines.append(f"{path}.{raised}")
-            elif error["type"] == "unexpected_keyword_argument":
-                lines.append(f"{path}: unknown option")
-            else:
-                lines.append(f"{path}: {error['msg']} (got {error.get('input')!r})")
-        raise ConfigError("invalid training configuration:\n  " + "\n  ".join(lines)) from None
+        raise config_error(exc, TrainConfig, "training configuration") from None
 
 
 def config_to_dict(config: TrainConfig) -> dict[str, Any]:

@@ -46,24 +46,23 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
 
 from agentgym.envs import make_env
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollout import final_info, read_jsonl, write_jsonl
-from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
+from agentgym.trainers.config import ConfigError, TrainConfig, config_dataclass, config_error, config_from_dict
 from agentgym.trainers.diagnostics import read_metrics, save_plot
 
 __all__ = ["EvaluationSection", "ExperimentConfig", "TaskPick", "load_experiment", "run_experiment", "summarize_experiment"]
 
-_STRICT_KEYS = ConfigDict(extra="forbid")
 BASE, SFT, GRPO = "base", "sft", "grpo"
 
 
-@dataclass(frozen=True)
+@config_dataclass("task selection")
 class TaskPick:
     """A set of the environment's tasks.
 
@@ -74,15 +73,17 @@ class TaskPick:
         count: at most this many, in an order shuffled by the experiment's first seed.
     """
 
-    __pydantic_config__ = _STRICT_KEYS
+    splits: Annotated[tuple[str, ...], Field(min_length=1)] = ("train",)
+    difficulties: Annotated[tuple[str, ...], Field(min_length=1)] | None = None
+    task_ids: Annotated[tuple[str, ...], Field(min_length=1)] | None = None
+    count: Annotated[int, Field(ge=1)] | None = None
 
-    splits: tuple[str, ...] = ("train",)
-    difficulties: tuple[str, ...] | None = None
-    task_ids: tuple[str, ...] | None = None
-    count: int | None = None
+    def __post_init__(self) -> None:
+        if self.task_ids is not None and self.difficulties is not None:
+            raise ConfigError.listing("task selection", ["give task_ids or difficulties, not both"])
 
 
-@dataclass(frozen=True)
+@config_dataclass("evaluation section")
 class EvaluationSection:
     """How every arm is evaluated.
 
@@ -94,16 +95,21 @@ class EvaluationSection:
         seed: the seed the environment seeds of the trials derive from (the same for every arm).
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
     tasks: TaskPick = field(default_factory=lambda: TaskPick(splits=("test",)))
-    trials: int = 2
-    temperature: float = 0.0
+    trials: Annotated[int, Field(ge=1)] = 2
+    temperature: Annotated[float, Field(ge=0)] = 0.0
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     seed: int = 100_000
 
 
-@dataclass(frozen=True)
+def _distinct(values: tuple[int, ...]) -> tuple[int, ...]:
+    """A field check (``AfterValidator``): no value twice."""
+    if len(set(values)) != len(values):
+        raise ValueError("must be distinct")
+    return values
+
+
+@config_dataclass("experiment configuration")
 class ExperimentConfig:
     """A whole experiment (see the module docstring).
 
@@ -111,7 +117,7 @@ class ExperimentConfig:
         env_id: the environment.
         model: the starting model (``None``: the bundled default model).
         output_dir: the results folder.
-        seeds: training seeds; every arm is trained once per seed.
+        seeds: training seeds (distinct); every arm is trained once per seed.
         sft_tasks: the tasks whose oracle demonstrations SFT trains on.
         grpo_tasks: the tasks GRPO trains on (the SFT tasks are removed from them).
         evaluation: how every arm is evaluated.
@@ -119,23 +125,30 @@ class ExperimentConfig:
             ``seed`` and ``output_dir``); its ``sft`` section drives the SFT phase and its ``grpo``,
             ``rollout`` and ``optim`` sections the GRPO phase.
         ablations: arms that rerun the GRPO phase with some training options changed, by name
-            (e.g. ``{"env_tokens_in_loss": {"grpo": {"train_on_env_tokens": true}}}``).
+            (e.g. ``{"env_tokens_in_loss": {"grpo": {"train_on_env_tokens": true}}}``; not ``base``,
+            ``sft`` or ``grpo``, the names of the other arms).
         jobs: phases that run at once, each in its own process with ``cores // jobs`` threads.
             Part of the protocol: the thread count can change float rounding, hence samples.
     """
 
-    __pydantic_config__ = _STRICT_KEYS
-
     env_id: str
     model: str | None = None
     output_dir: str = "runs/experiment"
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: Annotated[tuple[Annotated[int, Field(ge=0)], ...], Field(min_length=1), AfterValidator(_distinct)] = (0, 1, 2)
     sft_tasks: TaskPick = field(default_factory=TaskPick)
     grpo_tasks: TaskPick = field(default_factory=TaskPick)
     evaluation: EvaluationSection = field(default_factory=EvaluationSection)
     training: dict[str, Any] = field(default_factory=dict)
-    ablations: dict[str, dict[str, Any]] = field(default_factory=dict)
-    jobs: int = 1
+    ablations: dict[str, Annotated[dict[str, Any], Field(min_length=1)]] = field(default_factory=dict)
+    jobs: Annotated[int, Field(ge=1)] = 1
+
+    def __post_init__(self) -> None:
+        # Each field's bounds are on the field; these relate options to the ones the experiment
+        # sets itself (env_id, model, seed, output_dir) and to the names of its own arms.
+        problems = [f"training.{key} is set by the experiment; leave it out" for key in _RESERVED if key in self.training]
+        problems += [f"ablation name {name!r} is taken by an arm" for name in self.ablations if name in (BASE, SFT, GRPO)]
+        if problems:
+            raise ConfigError.listing("experiment configuration", problems)
 
 
 _ADAPTER = TypeAdapter(ExperimentConfig)
@@ -146,7 +159,8 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None) -> Exper
     """Read and check an experiment YAML file.
 
     Raises:
-        ConfigError: unknown keys, wrong types, or a training section the trainer rejects.
+        ConfigError: unknown keys, wrong types, values out of the bounds the fields declare,
+            conflicting options, or a training section the trainer rejects.
     """
     import yaml
 
@@ -163,24 +177,7 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None) -> Exper
     try:
         config = _ADAPTER.validate_python(data)
     except ValidationError as exc:
-        lines = [
-            f"{'.'.join(str(p) for p in e['loc'])}: " + ("unknown option" if e["type"] == "unexpected_keyword_argument" else e["msg"]) for e in exc.errors()
-        ]
-        raise ConfigError("invalid experiment configuration:\n  " + "\n  ".join(lines)) from None
-    problems = [f"training.{key} is set by the experiment; leave it out" for key in _RESERVED if key in config.training]
-    problems += [f"ablation {name!r} changes nothing" for name, change in config.ablations.items() if not change]
-    problems += [f"ablation name {name!r} is taken by an arm" for name in config.ablations if name in (BASE, SFT, GRPO)]
-    if not config.seeds or len(set(config.seeds)) != len(config.seeds):
-        problems.append("seeds must be distinct and at least one")
-    if config.evaluation.trials < 1:
-        problems.append("evaluation.trials must be at least 1")
-    if config.jobs < 1:
-        problems.append("jobs must be at least 1")
-    for name, pick in (("sft_tasks", config.sft_tasks), ("grpo_tasks", config.grpo_tasks), ("evaluation.tasks", config.evaluation.tasks)):
-        if pick.task_ids is not None and pick.difficulties is not None:
-            problems.append(f"{name}: give task_ids or difficulties, not both")
-    if problems:
-        raise ConfigError("invalid experiment configuration:\n  " + "\n  ".join(problems))
+        raise config_error(exc, ExperimentConfig, "experiment configuration") from None
     _train_config(config, SFT, config.seeds[0], [], [], Path(config.output_dir))  # the trainer checks its part now
     return config
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import pickle
 import re
 from collections import defaultdict
 
@@ -17,7 +18,7 @@ from processes import alive, children_of, cmdline
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollout import read_jsonl
 from agentgym.trainers.config import ConfigError
-from agentgym.trainers.experiment import load_experiment, run_experiment, summarize_experiment
+from agentgym.trainers.experiment import EvaluationSection, ExperimentConfig, TaskPick, load_experiment, run_experiment, summarize_experiment
 
 QUIET = {"progress": False, "tensorboard": False, "plots": False}
 
@@ -175,10 +176,36 @@ def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None
         load({"training": {**_config(tiny_model_dir, tmp_path)["training"], "seed": 3}})
     with pytest.raises(ConfigError, match=r"evaluation\.trails: unknown option"):
         load({"evaluation": {"trails": 2}})
-    with pytest.raises(ConfigError, match="seeds"):
+    with pytest.raises(ConfigError, match=r"seeds: must be distinct \(got \[1, 1\]\)"):
         load({"seeds": [1, 1]})
     with pytest.raises(ConfigError, match="grpo.steps"):
         load({"training": {"sft": {"steps": 0}, "grpo": {"steps": 0}}})
+    with pytest.raises(ConfigError) as info:  # bounds on the fields of each section, all reported at once
+        load({"seeds": [], "jobs": 0, "evaluation": {"trials": 0}, "sft_tasks": {"splits": ["train"], "count": 0}, "ablations": {"nothing": {}}})
+    assert info.value.problems == [
+        "seeds: must not be empty (got [])",
+        "sft_tasks.count: must be >= 1 (got 0)",
+        "evaluation.trials: must be >= 1 (got 0)",
+        "ablations.nothing: must not be empty (got {})",
+        "jobs: must be >= 1 (got 0)",
+    ]
+    with pytest.raises(ConfigError, match="grpo_tasks: give task_ids or difficulties, not both"):
+        load({"grpo_tasks": {"task_ids": ["letters-3"], "difficulties": ["easy"]}})
+    with pytest.raises(ConfigError, match="ablation name 'sft' is taken by an arm"):
+        load({"ablations": {"sft": {"grpo": {"steps": 2}}}})
+
+
+def test_experiment_configs_check_themselves_when_made() -> None:
+    with pytest.raises(ConfigError, match=r"jobs: must be >= 1 \(got 0\)"):
+        ExperimentConfig(env_id=TOY_ENV, jobs=0)
+    with pytest.raises(ConfigError, match=r"temperature: must be >= 0 \(got -1\.0\)"):
+        EvaluationSection(temperature=-1.0)
+    with pytest.raises(ConfigError, match="give task_ids or difficulties, not both"):
+        TaskPick(task_ids=("letters-0",), difficulties=("easy",))
+    config = ExperimentConfig(env_id=TOY_ENV, seeds=[3, 4])
+    assert config.seeds == (3, 4) and pickle.loads(pickle.dumps(config)) == config  # phases run in spawned workers
+    with pytest.raises(ConfigError, match=r"seeds\[1\]: must be >= 0 \(got -1\)"):
+        dataclasses.replace(config, seeds=(3, -1))
 
 
 def test_overlapping_task_sets_are_refused(tiny_model_dir, tmp_path) -> None:

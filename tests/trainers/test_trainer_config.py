@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+import pickle
 from pathlib import Path
 
 import pytest
 
-from agentgym.trainers.config import ConfigError, TrainConfig, config_to_dict, dump_config, load_config, parse_override
+from agentgym.trainers.config import (
+    CheckpointSection,
+    ConfigError,
+    EvalSection,
+    GRPOSection,
+    LoRASection,
+    OptimSection,
+    RolloutSection,
+    SFTSection,
+    TrainConfig,
+    config_to_dict,
+    dump_config,
+    load_config,
+    parse_override,
+)
 
 CONFIGS = Path(__file__).resolve().parents[2] / "trainers" / "configs"
 
@@ -53,20 +69,23 @@ def test_bundled_configs_load() -> None:
     ("overrides", "message"),
     [
         ({"rollout.group_sise": 4}, r"rollout\.group_sise: unknown option"),
-        ({"grpo.steps": "many"}, r"grpo\.steps: Input should be a valid integer"),
-        ({"grpo.loss_agg": "mean"}, r"grpo\.loss_agg: Input should be 'seq-mean-token-mean'"),
-        ({"rollout.group_size": 1}, r"rollout\.group_size must be >= 2"),
-        ({"grpo.clip_eps": 1.5}, r"grpo\.clip_eps must be in \(0, 1\)"),
-        ({"optim.lr": 0}, r"optim\.lr must be > 0"),
-        ({"sft.optim.lr": -1}, r"sft\.optim\.lr must be > 0"),
-        ({"rollout.temperature": 0}, r"rollout\.temperature must be > 0"),
+        ({"grpo.steps": "many"}, r"grpo\.steps: must be a valid integer.*\(got 'many'\)"),
+        ({"grpo.loss_agg": "mean"}, r"grpo\.loss_agg: must be 'seq-mean-token-mean', 'token-mean' or 'seq-mean-token-sum-norm' \(got 'mean'\)"),
+        ({"rollout.group_size": 1}, r"rollout\.group_size: must be >= 2 \(got 1\)"),
+        ({"grpo.clip_eps": 1.5}, r"grpo\.clip_eps: must be < 1 \(got 1\.5\)"),
+        ({"grpo.clip_eps": 0}, r"grpo\.clip_eps: must be > 0 \(got 0\)"),
+        ({"optim.lr": 0}, r"optim\.lr: must be > 0 \(got 0\)"),
+        ({"sft.optim.lr": -1}, r"sft\.optim\.lr: must be > 0 \(got -1\)"),
+        ({"rollout.temperature": 0}, r"rollout\.temperature: must be > 0 \(got 0\)"),
         ({"grpo.old_logprobs": "sampling", "rollout.top_p": 0.9}, r"old_logprobs='sampling' needs rollout\.top_p=1"),
         ({"eval.patience": 2}, r"eval\.patience needs eval\.every >= 1"),
         ({"grpo.steps": 0}, r"nothing to do: .* --steps N"),
-        ({"rollout": 3}, r"rollout: Input should be a dictionary"),
-        ({"env_id": None}, r"env_id: Input should be a valid string"),
-        ({"device": "gpu"}, r"device must be auto, cpu, cuda or cuda:N, got 'gpu'"),
-        ({"ref_device": "cuda:x"}, r"ref_device must be cpu, cuda or cuda:N"),
+        ({"rollout": 3}, r"rollout: must be a dictionary"),
+        ({"env_id": None}, r"env_id: must be a valid string \(got None\)"),
+        ({"env_id": "  "}, r"env_id: must not be empty \(got '  '\)"),
+        ({"device": "gpu"}, r"device: must be auto, cpu, mps, cuda or cuda:N \(got 'gpu'\)"),
+        ({"ref_device": "cuda:x"}, r"ref_device: must be cpu, mps, cuda, cuda:N or null .*\(got 'cuda:x'\)"),
+        ({"ref_device": "auto"}, r"ref_device: must be cpu, mps, cuda, cuda:N or null .*\(got 'auto'\)"),
         ({"ref_device": "cpu", "lora.enabled": True}, r"ref_device does not apply with LoRA"),
         ({"rollout.max_total_tokens": 1}, r"rollout\.max_total_tokens must be at least 2; got 1"),
         ({"rollout.top_p": 0}, r"rollout\.top_p must be in \(0, 1\]"),
@@ -83,6 +102,94 @@ def test_every_problem_is_listed_at_once() -> None:
         load_config(overrides={"env_id": "agentgym/SQL-v0", "rollout.group_size": 0, "optim.lr": -1.0})
     text = str(info.value)
     assert "rollout.group_size" in text and "optim.lr" in text and "Traceback" not in text
+
+
+@pytest.mark.parametrize(
+    ("overrides", "line"),
+    [  # a bound declared on a field of each section
+        ({"seed": -1}, "seed: must be >= 0 (got -1)"),
+        ({"rollout.num_tasks": 0}, "rollout.num_tasks: must be >= 1 (got 0)"),
+        ({"rollout.task_ids": []}, "rollout.task_ids: must not be empty (got [])"),
+        ({"grpo.epochs": 0}, "grpo.epochs: must be >= 1 (got 0)"),
+        ({"grpo.mini_batch_size": 0}, "grpo.mini_batch_size: must be >= 1 (got 0)"),
+        ({"optim.betas": [0.9, 1.0]}, "optim.betas[1]: must be < 1 (got 1.0)"),
+        ({"optim.max_grad_norm": float("nan")}, "optim.max_grad_norm: must be > 0 (got nan)"),
+        ({"sft.max_length": 1}, "sft.max_length: must be >= 2 (got 1)"),
+        ({"sft.source": ""}, "sft.source: must not be empty (got '')"),
+        ({"eval.min_delta": -0.5}, "eval.min_delta: must be >= 0 (got -0.5)"),
+        ({"lora.r": 0}, "lora.r: must be >= 1 (got 0)"),
+        ({"lora.target_modules": []}, "lora.target_modules: must not be empty or must be 'all-linear' (got [])"),
+        ({"checkpoint.keep": 0}, "checkpoint.keep: must be >= 1 (got 0)"),
+    ],
+)
+def test_field_bounds_name_the_option_and_the_bound(overrides, line) -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides={"env_id": "agentgym/SQL-v0", **overrides})
+    assert str(info.value) == f"invalid training configuration:\n  {line}"
+
+
+def test_a_file_with_three_bad_values_lists_each_on_its_own_line(tmp_path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("env_id: agentgym/SQL-v0\nrollout: {group_size: 1}\ngrpo: {epochs: 0, clip_eps: 1.5}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value).splitlines() == [
+        "invalid training configuration:",
+        "  rollout.group_size: must be >= 2 (got 1)",
+        "  grpo.epochs: must be >= 1 (got 0)",
+        "  grpo.clip_eps: must be < 1 (got 1.5)",
+    ]
+    assert info.value.problems == [line.strip() for line in str(info.value).splitlines()[1:]]
+
+
+def test_combinations_are_checked_once_every_option_is_valid() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides={"env_id": "agentgym/SQL-v0", "grpo.steps": 0, "eval.enabled": False, "eval.every": 2, "eval.patience": 1})
+    assert info.value.problems == [
+        "eval.every needs eval.enabled",
+        "nothing to do: grpo.steps and sft.steps are both 0 (set one, e.g. agentgym train/sft --steps N)",
+    ]
+    # A value out of bounds is reported first; the combination follows once it is fixed.
+    with pytest.raises(ConfigError) as info:
+        load_config(overrides={"env_id": "agentgym/SQL-v0", "grpo.steps": 0, "grpo.epochs": 0})
+    assert info.value.problems == ["grpo.epochs: must be >= 1 (got 0)"]
+
+
+@pytest.mark.parametrize(
+    ("make", "line"),
+    [
+        (lambda: TrainConfig(env_id="x", grpo=GRPOSection(epochs=0)), "epochs: must be >= 1 (got 0)"),
+        (lambda: GRPOSection(clip_eps=1.0, kl_coef=-1.0), "clip_eps: must be < 1 (got 1.0)"),
+        (lambda: RolloutSection(temperature=0.0), "temperature: must be > 0 (got 0.0)"),
+        (lambda: RolloutSection(max_total_tokens=1), "max_total_tokens must be at least 2; got 1"),  # RolloutSettings' own check
+        (lambda: OptimSection(lr=0.0), "lr: must be > 0 (got 0.0)"),
+        (lambda: SFTSection(batch_size=0), "batch_size: must be >= 1 (got 0)"),
+        (lambda: EvalSection(samples=0), "samples: must be >= 1 (got 0)"),
+        (lambda: LoRASection(alpha=0), "alpha: must be >= 1 (got 0)"),
+        (lambda: CheckpointSection(every=-1), "every: must be >= 0 (got -1)"),
+        (lambda: TrainConfig(env_id="x", device="cuda:"), "device: must be auto, cpu, mps, cuda or cuda:N (got 'cuda:')"),
+        (lambda: TrainConfig(env_id="x", bogus=1), "bogus: unknown option"),
+        (lambda: TrainConfig(env_id="x", grpo=GRPOSection(steps=0)), "nothing to do: grpo.steps and sft.steps are both 0"),
+        (lambda: TrainConfig(env_id="x", ref_device="cpu", lora=LoRASection(enabled=True)), "ref_device does not apply with LoRA"),
+        (lambda: dataclasses.replace(TrainConfig(env_id="x"), seed=-1), "seed: must be >= 0 (got -1)"),
+    ],
+)
+def test_constructing_in_python_checks_the_same_bounds(make, line) -> None:
+    with pytest.raises(ConfigError) as info:
+        make()
+    assert any(problem.startswith(line) for problem in info.value.problems), info.value.problems
+
+
+def test_configs_stay_frozen_plain_dataclasses() -> None:
+    config = TrainConfig(env_id="x", rollout=RolloutSection(task_ids=["a", "b"], group_size=2), grpo=GRPOSection(epochs=2))
+    assert config.rollout.task_ids == ("a", "b")  # validated on construction: lists become tuples
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.seed = 1  # type: ignore[misc]
+    assert pickle.loads(pickle.dumps(config)) == config  # configs go to spawned worker processes
+    assert dataclasses.replace(config, seed=3).seed == 3 and dataclasses.replace(config.grpo, epochs=4).epochs == 4
+    assert dataclasses.asdict(config)["grpo"]["epochs"] == 2 and config_to_dict(config)["rollout"]["task_ids"] == ["a", "b"]
+    error = pickle.loads(pickle.dumps(ConfigError.listing("training configuration", ["a", "b"])))
+    assert str(error) == "invalid training configuration:\n  a\n  b" and error.problems == ["a", "b"]
 
 
 def test_missing_env_id_and_bad_files(tmp_path) -> None:
