@@ -7,9 +7,48 @@ Linters that flag the import as unused accept ``gym.register_envs(agentgym)`` in
 from agentgym.env import ToolEnv
 from agentgym.envs import ENVIRONMENTS, make_env, register_envs
 from agentgym.parsing import ParsedAction, ToolCall, parse_action
+from agentgym.records import (
+    ChatMessage,
+    EnvInfo,
+    EpisodeRecord,
+    Label,
+    LabelledRecord,
+    ModelEpisodeRecord,
+    ResetInfo,
+    RewardInfo,
+    StepInfo,
+    StepRecord,
+    TaskRecord,
+    TrajectoryRecord,
+    TurnRecord,
+)
 from agentgym.tools import Tool, ToolError, tool
 
 __version__ = "0.1.0"
-__all__ = ["ENVIRONMENTS", "ParsedAction", "Tool", "ToolCall", "ToolEnv", "ToolError", "make_env", "parse_action", "register_envs", "tool"]
+__all__ = [
+    "ENVIRONMENTS",
+    "ChatMessage",
+    "EnvInfo",
+    "EpisodeRecord",
+    "Label",
+    "LabelledRecord",
+    "ModelEpisodeRecord",
+    "ParsedAction",
+    "ResetInfo",
+    "RewardInfo",
+    "StepInfo",
+    "StepRecord",
+    "TaskRecord",
+    "Tool",
+    "ToolCall",
+    "ToolEnv",
+    "ToolError",
+    "TrajectoryRecord",
+    "TurnRecord",
+    "make_env",
+    "parse_action",
+    "register_envs",
+    "tool",
+]
 
 register_envs()

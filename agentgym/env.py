@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, cast
 import gymnasium as gym
 
 from agentgym.parsing import ParsedAction, ToolCall, parse_action, scrub_text
+from agentgym.records import ChatMessage, EnvInfo, EpisodeRecord, StepInfo, StepRecord
 from agentgym.spaces import AssistantTurn, ChatMessages
 from agentgym.tools import Tool, ToolError, cap_result, tools_of
 from agentgym.verifiers.result import RewardResult
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SPLITS", "AgentEnv", "EpisodeOver", "Message", "ToolEnv", "agent_env", "check_task_ids"]
 
-Message = dict[str, Any]
+Message = ChatMessage
 SPLITS = ("train", "val", "test")
 
 
@@ -121,14 +122,14 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
         self._turn = 0
         self.counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
         self.turn_counts: list[dict[str, int]] = []
-        self._steps: list[dict[str, Any]] = []
+        self._steps: list[StepRecord] = []
         self._result: RewardResult | None = None
         self._over = False
         self._terminated = self._truncated = False
         opening = self.setup_episode(task)
-        self._messages: list[Message] = [dict(m) for m in opening]
+        self._messages: list[Message] = [m.copy() for m in opening]
         self._last = opening
-        return [dict(m) for m in opening], self._info()
+        return [m.copy() for m in opening], self._info()
 
     def step(self, action: Any):
         """Play one assistant turn.
@@ -162,16 +163,23 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
         terminated = self.is_done()
         truncated = not terminated and self._turn >= self.max_turns
         reward = 0.0
-        info = self._info() | {f"turn_{k}": n for k, n in turn_counts.items()}
+        info: StepInfo = {
+            **self._info(),
+            "turn_tool_calls": turn_counts["tool_calls"],
+            "turn_format_errors": turn_counts["format_errors"],
+            "turn_tool_errors": turn_counts["tool_errors"],
+        }
         if terminated or truncated:
             self._over, self._terminated, self._truncated = True, terminated, truncated
             self._result = self._reward()
             reward = float(self._result.score)
-            info |= {"reward_components": dict(self._result.components), "reward_reason": self._result.reason, "success": bool(self._result.passed)}
-        self._messages.extend(dict(m) for m in observation)
+            info["reward_components"] = dict(self._result.components)
+            info["reward_reason"] = self._result.reason
+            info["success"] = bool(self._result.passed)
+        self._messages.extend(m.copy() for m in observation)
         self._steps.append({"reward": reward, "info": info})
         self._last = observation
-        return [dict(m) for m in observation], reward, terminated, truncated, info
+        return [m.copy() for m in observation], reward, terminated, truncated, info
 
     def render(self) -> str | None:
         """The last observation as plain text (``render_mode="ansi"``)."""
@@ -179,8 +187,8 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
             return None
         return "\n".join(f"[{m['role']}{':' + m['name'] if 'name' in m else ''}] {m['content']}" for m in self._last)
 
-    def episode_record(self) -> dict[str, Any]:
-        """The episode so far as one JSON-ready dict (the rollout JSONL format)."""
+    def episode_record(self) -> EpisodeRecord:
+        """The episode so far as one JSON-ready dict (the rollout JSONL format; see :class:`~agentgym.records.EpisodeRecord`)."""
         if self.task is None:
             raise EpisodeOver("no episode has started: call reset() first")
         result = self._result
@@ -191,8 +199,8 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
             "task_id": self.task["task_id"],
             "split": self.task.get("split", self.split),
             "seed": self._seed,
-            "messages": [dict(m) for m in self._messages],
-            "steps": [dict(s) for s in self._steps],
+            "messages": [m.copy() for m in self._messages],
+            "steps": [s.copy() for s in self._steps],
             "reward": result.score if result else 0.0,
             "reward_components": dict(result.components) if result else {},
             "reward_reason": result.reason if result else "episode not finished",
@@ -307,9 +315,12 @@ class ToolEnv(gym.Env[list[Message], Any], metaclass=abc.ABCMeta):
             counts[kind] += 1
         return {"role": "tool", "name": name, "tool_call_id": call_id, "content": cap_result(f"Error: {text}")}
 
-    def _info(self) -> dict[str, Any]:
+    def _info(self) -> EnvInfo:
         assert self.task is not None
-        return {"task_id": self.task["task_id"], "turn": self._turn, **self.counts, **self.extra_info()}
+        info = {"task_id": self.task["task_id"], "turn": self._turn, **self.counts, **self.extra_info()}
+        # extra_info() is each environment's own (a dict): EnvInfo declares the bundled environments'
+        # entries, and tests/test_records.py holds every one of them to it.
+        return cast(EnvInfo, info)
 
 
 AgentEnv: TypeAlias = "ToolEnv | SessionEnv"

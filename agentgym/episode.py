@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, cast
 
 import gymnasium as gym
 
@@ -37,11 +37,10 @@ from agentgym.models.backend import Generation, SamplingParams, decode_visible
 from agentgym.models.chat import ChatRenderer, ToolMode
 from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.parsing import parse_action
+from agentgym.records import ChatMessage, StepError, StepInfo, StopReason, TurnRecord
 from agentgym.seeding import derive_seed
 
 __all__ = ["EpisodeOutcome", "EpisodeTokens", "RolloutSettings", "StopReason", "TokenEpisode", "episode_outcome", "turn_seed"]
-
-StopReason = Literal["done", "max_turns", "token_budget", "error"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,19 +188,20 @@ class TokenEpisode:
         settings: budgets and sampling.
     """
 
-    def __init__(self, env: gym.Env, opening: Sequence[Mapping[str, Any]], renderer: ChatRenderer, settings: RolloutSettings) -> None:
+    def __init__(self, env: gym.Env, opening: Sequence[ChatMessage], renderer: ChatRenderer, settings: RolloutSettings) -> None:
         self.env = env
-        self.opening = [dict(m) for m in opening]
+        self.opening = [m.copy() for m in opening]
         self.renderer = renderer
         self.settings = settings
         self.max_total_tokens = settings.max_total_tokens
         self._builder = TrajectoryBuilder(renderer, opening)
         self.prompt_length = len(self._builder)
-        self.turns: list[dict[str, Any]] = []
+        self.turns: list[TurnRecord] = []
         self.stop_reason: StopReason | None = None
         self.error: str | None = None
         self._final: Trajectory | None = None
-        self._pending: dict[str, Any] = {}
+        self._seed: int | None = None  # the next turn's sampling seed (sampling_params())
+        self._sampled: tuple[tuple[int, ...], Generation] | None = None  # the turn added, waiting for step_env(): its prompt and generation
         self._phase = "generate"  # generate -> step -> observe -> generate ...; "over" at the end
         if self.room() < 1:
             self._end("token_budget")
@@ -251,7 +251,7 @@ class TokenEpisode:
     def sampling_params(self, seed: int) -> SamplingParams:
         """The request for the next turn: the settings' sampling, :meth:`room` tokens, ending at end of turn."""
         self._expect("generate")
-        self._pending = {"seed": seed}
+        self._seed = seed
         return SamplingParams(
             temperature=self.settings.temperature,
             top_p=self.settings.top_p,
@@ -293,33 +293,36 @@ class TokenEpisode:
         # The environment reads the turn with special tokens kept: tool-call markers such as
         # <tool_call> are special tokens in many vocabularies.
         content = self._builder.add_generation(generation)
-        self._pending.update(
-            turn=len(self.turns),
-            prompt_ids=prompt,
-            sampled_ids=generation.token_ids,
-            logprobs=generation.logprobs,
-            finish_reason=generation.finish_reason,
-            text=generation.text,
-        )
-        self._pending.setdefault("seed", None)
+        self._sampled = (prompt, generation)
         self._phase = "step"
         return content
 
-    def step_env(self, content: str) -> list[dict[str, Any]] | None:
+    def step_env(self, content: str) -> list[ChatMessage] | None:
         """Phase 2: step the environment on the turn; the new messages, or ``None`` when the episode ended.
 
         The environment always reads the turn, even one that spent the budget (it may end the episode).
         """
         self._expect("step")
         parsed = parse_action(content, id_prefix=f"call_{len(self.turns) + 1}")  # the ids the environment gives
+        info: StepInfo | StepError
         try:
-            observation, reward, terminated, truncated, info = self.env.step(content)
+            observation, reward, terminated, truncated, step_info = self.env.step(content)
+            info = cast(StepInfo, step_info)  # gymnasium types info as a plain dict; an agentgym env's is a StepInfo
         except Exception as exc:  # noqa: BLE001 - isolated to this episode and recorded (see the module docstring)
-            self._fail(f"the environment failed on turn {len(self.turns) + 1}: {type(exc).__name__}: {exc}")
-            observation, reward, terminated, truncated, info = [], 0.0, False, True, {"error": self.error}
+            message = f"the environment failed on turn {len(self.turns) + 1}: {type(exc).__name__}: {exc}"
+            self._fail(message)
+            observation, reward, terminated, truncated, info = [], 0.0, False, True, {"error": message}
+        assert self._sampled is not None
+        prompt, generation = self._sampled
         self.turns.append(
             {
-                **self._pending,
+                "turn": len(self.turns),
+                "seed": self._seed,
+                "prompt_ids": prompt,
+                "sampled_ids": generation.token_ids,
+                "logprobs": generation.logprobs,
+                "finish_reason": generation.finish_reason,
+                "text": generation.text,
                 "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in parsed.tool_calls],
                 "parse_errors": list(parsed.errors),
                 "env_messages": observation,
@@ -330,7 +333,7 @@ class TokenEpisode:
                 "info": info,
             }
         )
-        self._pending = {}
+        self._seed, self._sampled = None, None
         if self.error is not None:
             return None
         if terminated or truncated:
@@ -339,7 +342,7 @@ class TokenEpisode:
         self._phase = "observe"
         return observation
 
-    def add_observation(self, observation: Sequence[Mapping[str, Any]]) -> None:
+    def add_observation(self, observation: Sequence[ChatMessage]) -> None:
         """Phase 3: append the environment's messages and the next generation prompt.
 
         When that leaves no room for another turn, the reply is dropped and the episode stops with
@@ -408,13 +411,13 @@ class TokenEpisode:
             raise RuntimeError("the sequence does not end with an environment delta")
         return segment.token_ids
 
-    def messages(self) -> list[dict[str, Any]]:
+    def messages(self) -> list[ChatMessage]:
         """The conversation as this driver saw it: the opening, then each turn's text and the
         environment's answer (what the record holds, for when the environment is out of reach)."""
-        messages = [dict(m) for m in self.opening]
+        messages = [m.copy() for m in self.opening]
         for turn in self.turns:
             messages.append({"role": "assistant", "content": turn["text"]})
-            messages.extend(dict(m) for m in turn["env_messages"])
+            messages.extend(m.copy() for m in turn["env_messages"])
         return messages
 
     def outcome(self) -> EpisodeOutcome:

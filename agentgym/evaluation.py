@@ -29,6 +29,7 @@ from statistics import NormalDist
 from typing import Any
 
 from agentgym.models import GenerationBackend
+from agentgym.records import EpisodeRecord
 from agentgym.rollout import final_info, summarize
 from agentgym.runner import Episode, ProgressFn, RolloutConfig, RolloutRunner, RolloutTiming
 
@@ -102,7 +103,7 @@ def paired_bootstrap(
     return float(sums.sum() / counts.sum()), (float(low), float(high))
 
 
-def _final_counts(record: Mapping[str, Any]) -> dict[str, int]:
+def _final_counts(record: EpisodeRecord) -> dict[str, int]:
     info = final_info(record)
     return {key: int(info.get(key, 0)) for key in ("tool_calls", "tool_errors", "format_errors")}
 

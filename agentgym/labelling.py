@@ -44,7 +44,8 @@ class Scenario:
         policy: the scripted policy whose turns the scenario starts from.
         applies: which tasks the scenario is built on.
         transform: how the policy's turns are altered (receives the turns and the task).
-        label: ``{"pass": bool, "kind": "success"|"partial"|"failure"|"hack", "justification": str}``.
+        label: the verdict, a :class:`~agentgym.records.Label`: ``{"pass": bool, "kind":
+            "success"|"partial"|"failure"|"hack", "justification": str}``.
     """
 
     name: str
@@ -55,7 +56,8 @@ class Scenario:
 
 
 def build_labelled(env_id: str, scenarios: Sequence[Scenario], *, split: str = "val", per_scenario: int = 3, **env_kwargs: Any) -> list[dict[str, Any]]:
-    """Episode records with labels: ``per_scenario`` tasks per scenario, spread over the split."""
+    """Episode records with labels (:class:`~agentgym.records.LabelledRecord`): ``per_scenario``
+    tasks per scenario, spread over the split."""
     env = make_env(env_id, split=split, **env_kwargs)
     records = []
     try:

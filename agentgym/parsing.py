@@ -19,6 +19,8 @@ import reprlib
 from dataclasses import dataclass
 from typing import Any
 
+from agentgym.records import OpenAIToolCall
+
 __all__ = ["UNPAIRED_SURROGATE", "ParsedAction", "ToolCall", "format_tool_call", "parse_action", "scrub_text"]
 
 TOOL_CALL_OPEN = "<tool_call>"
@@ -42,7 +44,7 @@ class ToolCall:
     arguments: dict[str, Any]
     id: str
 
-    def to_openai(self) -> dict[str, Any]:
+    def to_openai(self) -> OpenAIToolCall:
         """The call as an entry of an OpenAI assistant message's ``tool_calls``."""
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": json.dumps(self.arguments, ensure_ascii=False)}}
 

@@ -1,7 +1,8 @@
 """Running scripted policies through environments and recording the episodes.
 
-An episode record is one JSON line (see :meth:`agentgym.env.ToolEnv.episode_record`); the same
-environment, policy, seed and arguments always give byte-identical lines.
+An episode record is one JSON line (:class:`agentgym.records.EpisodeRecord`, from
+:meth:`agentgym.env.ToolEnv.episode_record`); the same environment, policy, seed and arguments
+always give byte-identical lines.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import statistics
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import gymnasium as gym
 import numpy as np
@@ -21,12 +22,14 @@ from agentgym.env import agent_env
 from agentgym.envs import make_env
 from agentgym.parsing import UNPAIRED_SURROGATE
 from agentgym.policies import Policy, ReplayPolicy
+from agentgym.records import ChatMessage, EpisodeRecord
 
 __all__ = [
     "assistant_turns",
     "final_info",
     "make_policy",
     "read_jsonl",
+    "read_records",
     "replay",
     "rollout",
     "run_episode",
@@ -36,8 +39,10 @@ __all__ = [
     "write_records",
 ]
 
+Row = TypeVar("Row", bound=Mapping[str, Any])
 
-def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> dict[str, Any]:
+
+def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> EpisodeRecord:
     """Play one episode of ``policy`` in ``env`` and return its record."""
     options = {"task_id": task_id} if task_id is not None else None
     observation, info = env.reset(seed=seed, options=options)
@@ -50,12 +55,12 @@ def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_i
     return {**record, "policy": policy_name} if policy_name else record
 
 
-def assistant_turns(record: dict[str, Any]) -> list[Any]:
+def assistant_turns(record: EpisodeRecord) -> list[str | ChatMessage]:
     """The assistant turns of an episode record, as actions that replay it."""
     return [m if "tool_calls" in m else m["content"] for m in record["messages"] if m["role"] == "assistant"]
 
 
-def replay(env: gym.Env, record: dict[str, Any], actions: list[Any] | None = None) -> dict[str, Any]:
+def replay(env: gym.Env, record: EpisodeRecord, actions: list[Any] | None = None) -> EpisodeRecord:
     """Replay ``actions`` (default: the record's own turns) on the record's task and seed."""
     turns = assistant_turns(record) if actions is None else actions
     return run_episode(env, ReplayPolicy(turns), seed=record["seed"], task_id=record["task_id"], policy_name=record.get("policy", ""))
@@ -71,7 +76,7 @@ def make_policy(env: gym.Env, name: str, seed: int) -> Policy:
 
 def rollout(
     env_id: str, policy: str, *, episodes: int, seed: int = 0, split: str = "train", env_kwargs: dict[str, Any] | None = None
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[EpisodeRecord]:
     """Yield ``episodes`` episode records of a named scripted policy.
 
     Tasks are visited in an order shuffled by ``seed`` (every task once before any repeats);
@@ -92,7 +97,7 @@ def rollout(
         env.close()
 
 
-def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
+def summarize(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
     """Success rate, mean reward and turns, and error rates per turn over episode records."""
     records = list(records)
     if not records:
@@ -113,12 +118,13 @@ def summarize(records: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def final_info(record: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The ``info`` of an episode record's last step (the episode's final counts); empty before any step."""
+def final_info(record: EpisodeRecord) -> Mapping[str, Any]:
+    """The ``info`` of an episode record's last step (its :class:`~agentgym.records.StepInfo`: the
+    episode's final counts); empty before any step."""
     return record["steps"][-1]["info"] if record["steps"] else {}
 
 
-def to_json_line(record: dict[str, Any]) -> str:
+def to_json_line(record: Mapping[str, Any]) -> str:
     """Serialise a record as one line of JSON (deterministic; UTF-8 kept as is).
 
     Strings that UTF-8 cannot encode (unpaired surrogates, e.g. from a Python caller's action)
@@ -128,7 +134,7 @@ def to_json_line(record: dict[str, Any]) -> str:
     return UNPAIRED_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", line)
 
 
-def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def write_jsonl(path: str | Path, records: Iterable[Row]) -> list[Row]:
     """Write records to ``path`` (one per line) and return them.
 
     The file appears only once complete (written beside it, then renamed), so a failure midway
@@ -137,7 +143,7 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> list[dic
     """
     path = Path(path)
     partial = path.with_name(f".{path.name}.partial")
-    written: list[dict[str, Any]] = []
+    written: list[Row] = []
     try:
         with open(partial, "w", encoding="utf-8") as out:
             for record in records:
@@ -158,7 +164,7 @@ def write_jsonl(path: str | Path, records: Iterable[dict[str, Any]]) -> list[dic
     return written
 
 
-def write_records(path: str | Path, records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def write_records(path: str | Path, records: Iterable[Row]) -> list[Row]:
     """Write episode records as JSON lines (:func:`write_jsonl`), or as Parquet when ``path`` ends in
     ``.parquet`` (the ``data`` extra: the same table ``datasets.load_dataset("json", ...)`` reads
     from the JSON lines). Returns the records."""
@@ -191,3 +197,10 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
     return records
+
+
+def read_records(path: str | Path) -> list[EpisodeRecord]:
+    """Read a JSONL file of episode records (``agentgym rollout --out``, ``agentgym eval --out``, a
+    labelled set), typed as :class:`~agentgym.records.EpisodeRecord`. The lines are JSON, not
+    checked against the type: a record of the richer kinds keeps its other fields."""
+    return cast("list[EpisodeRecord]", read_jsonl(path))

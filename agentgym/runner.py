@@ -38,6 +38,7 @@ from agentgym.envs import make_env
 from agentgym.episode import RolloutSettings, StopReason, TokenEpisode, turn_seed
 from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
 from agentgym.models.backend import as_streaming
+from agentgym.records import ChatMessage, EpisodeRecord, ModelEpisodeRecord, TrajectoryRecord, TurnRecord
 from agentgym.seeding import derive_seed
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class Episode:
     Attributes:
         record: ``env.unwrapped.episode_record()`` plus ``policy`` (the backend's name), ``group``,
             ``member``, ``stop_reason``, ``error`` when the episode failed, and, when the task has
-            them, ``difficulty`` and ``template``.
+            them, ``difficulty`` and ``template`` (:class:`~agentgym.records.ModelEpisodeRecord`).
         trajectory: the token-exact sequence with its loss mask and sampling logprobs.
         group: index of the task group; episodes of a group share a task.
         reward: the episode's reward (``record["reward"]``; 0 when the token budget stopped it).
@@ -136,20 +137,21 @@ class Episode:
             ``finish_reason``, ``text``, ``tool_calls`` (``name``, ``arguments``, ``id``),
             ``parse_errors``, ``env_messages``, ``env_message_ids`` (the masked delta that follows the
             turn in the trajectory; empty when none does), ``reward``, ``terminated``, ``truncated``,
-            ``info``.
+            ``info`` (:class:`~agentgym.records.TurnRecord`).
         member: index within the group.
     """
 
-    record: dict[str, Any]
+    record: ModelEpisodeRecord
     trajectory: Trajectory
     group: int
     reward: float
     stop_reason: StopReason
-    turns: list[dict[str, Any]]
+    turns: list[TurnRecord]
     member: int = 0
 
-    def to_dict(self) -> dict[str, Any]:
-        """One JSON-ready line: the episode record, the trajectory, and its flat token ids and loss mask."""
+    def to_dict(self) -> TrajectoryRecord:
+        """One JSON-ready line: the episode record, the trajectory, and its flat token ids and loss mask
+        (:class:`~agentgym.records.TrajectoryRecord`, less the ``tokenizer`` that ``agentgym eval`` adds)."""
         return {
             **self.record,
             "trajectory": self.trajectory.to_dict(),
@@ -355,7 +357,7 @@ class _Run:
             self.progress(len(self.finished), self.config.num_episodes)
 
     def _start(self, starting: Sequence[tuple[_Planned, gym.Env]]) -> list[_Live]:
-        def reset(item: tuple[_Planned, gym.Env]) -> list[dict[str, Any]]:
+        def reset(item: tuple[_Planned, gym.Env]) -> list[ChatMessage]:
             plan, env = item
             observation, _ = env.reset(seed=plan.env_seed, options={"task_id": plan.task_id})
             return observation
@@ -398,18 +400,20 @@ class _Run:
         assert episode.stop_reason is not None
         stop_reason, error = episode.stop_reason, episode.error
         try:
-            record = agent_env(episode.env).episode_record()
+            base = agent_env(episode.env).episode_record()
         except Exception as exc:  # noqa: BLE001 - the environment is out of reach (a remote one died): record what we saw
             stop_reason = "error"
             error = error or f"the environment's record could not be read: {type(exc).__name__}: {exc}"
-            record = self._lost_record(plan, episode)
-        record.update(policy=self.backend.name, group=plan.group, member=plan.member, stop_reason=stop_reason)
+            base = self._lost_record(plan, episode)
+        record: ModelEpisodeRecord = {**base, "policy": self.backend.name, "group": plan.group, "member": plan.member, "stop_reason": stop_reason}
         if error is not None:  # the episode failed on its own: a failed episode, the batch goes on
-            record.update(reward=0.0, reward_components={}, reward_reason=error, success=False, error=error)
+            record.update({"reward": 0.0, "reward_components": {}, "reward_reason": error, "success": False, "error": error})
         task = agent_env(episode.env).task or {}
-        for key in ("difficulty", "template"):  # for breakdowns, when the task has them
-            if task.get(key) is not None:
-                record[key] = task[key]
+        # For breakdowns, when the task has them.
+        if task.get("difficulty") is not None:
+            record["difficulty"] = task["difficulty"]
+        if task.get("template") is not None:
+            record["template"] = task["template"]
         self.finished.append(
             Episode(
                 record=record,
@@ -422,7 +426,7 @@ class _Run:
             )
         )
 
-    def _lost_record(self, plan: _Planned, episode: TokenEpisode) -> dict[str, Any]:
+    def _lost_record(self, plan: _Planned, episode: TokenEpisode) -> EpisodeRecord:
         """An episode record from the driver's side alone, in the environment's record format."""
         config = self.config
         return {

@@ -12,9 +12,11 @@ from typing import Any
 import numpy as np
 from gymnasium.spaces import Space
 
+from agentgym.records import ChatMessage, Role
+
 __all__ = ["OBSERVATION_ROLES", "AssistantTurn", "ChatMessages"]
 
-OBSERVATION_ROLES = ("system", "user", "tool")
+OBSERVATION_ROLES: tuple[Role, ...] = ("system", "user", "tool")
 _SAMPLE_CHARS = string.ascii_letters + string.digits + string.punctuation + " \n"
 
 
@@ -23,8 +25,8 @@ def _random_text(rng: np.random.Generator, max_len: int = 64) -> str:
     return "".join(_SAMPLE_CHARS[i] for i in rng.integers(0, len(_SAMPLE_CHARS), size=n))
 
 
-class ChatMessages(Space[list[dict[str, Any]]]):
-    """A list of chat messages produced by the environment.
+class ChatMessages(Space[list[ChatMessage]]):
+    """A list of chat messages produced by the environment (:class:`agentgym.records.ChatMessage`).
 
     Each message is a dict with ``role`` in ``system``/``user``/``tool`` and a string
     ``content``; tool messages also carry string ``name`` and ``tool_call_id``.
@@ -40,13 +42,14 @@ class ChatMessages(Space[list[dict[str, Any]]]):
     def contains(self, x: Any) -> bool:
         return isinstance(x, list) and all(_is_observation_message(m) for m in x)
 
-    def sample(self, mask: Any = None, probability: Any = None) -> list[dict[str, Any]]:
+    def sample(self, mask: Any = None, probability: Any = None) -> list[ChatMessage]:
         messages = []
         for _ in range(int(self.np_random.integers(1, 4))):
             role = OBSERVATION_ROLES[int(self.np_random.integers(0, len(OBSERVATION_ROLES)))]
-            message = {"role": role, "content": _random_text(self.np_random)}
+            message: ChatMessage = {"role": role, "content": _random_text(self.np_random)}
             if role == "tool":
-                message |= {"name": _random_text(self.np_random, 12), "tool_call_id": _random_text(self.np_random, 12)}
+                message["name"] = _random_text(self.np_random, 12)
+                message["tool_call_id"] = _random_text(self.np_random, 12)
             messages.append(message)
         return messages
 

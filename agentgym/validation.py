@@ -2,9 +2,9 @@
 
 Input: episode records (the rollout JSONL format), each with a human ``label``:
 ``{"pass": bool, "score": float (optional), "kind": "success" | "partial" | "failure" | "hack",
-"justification": "..."}``. The reward is scored on every record and compared with the labels
-(accuracy and Cohen's kappa on pass/fail; Spearman correlation and mean absolute error where
-labels carry scores). Built-in checks, named after OpenEnv's vocabulary:
+"justification": "..."}`` (:class:`~agentgym.records.LabelledRecord`). The reward is scored on
+every record and compared with the labels (accuracy and Cohen's kappa on pass/fail; Spearman
+correlation and mean absolute error where labels carry scores). Built-in checks, named after OpenEnv's vocabulary:
 
 - ``oracle_max``: the environment's oracle trajectories reach the reward's maximum;
 - ``canary_floor``: do-nothing, random, format-only, answer-spam and tool-spam trajectories never
@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentgym.envs import make_env
+from agentgym.records import EpisodeRecord, Label, LabelledRecord
 from agentgym.verifiers.result import RewardResult
 
 __all__ = ["RewardFn", "ValidationReport", "env_reward", "load_reward", "validate"]
 
-RewardFn = Callable[[dict[str, Any]], RewardResult | float]
+RewardFn = Callable[[EpisodeRecord], RewardResult | float]
 CANARIES = ("do_nothing", "random", "format_only", "answer_spam", "tool_spam")
 LABEL_KINDS = ("success", "partial", "failure", "hack")
 
@@ -42,7 +43,7 @@ class Check:
 @dataclass
 class Disagreement:
     task_id: str
-    label: dict[str, Any]
+    label: Label
     score: float
     passed: bool
     reason: str
@@ -85,7 +86,7 @@ def _as_result(value: RewardResult | float) -> RewardResult:
     return value if isinstance(value, RewardResult) else RewardResult(score=float(value))
 
 
-def env_reward(record: dict[str, Any]) -> RewardResult:
+def env_reward(record: EpisodeRecord) -> RewardResult:
     """The environment's own reward for a recorded episode, recomputed by replaying its assistant
     turns in a fresh environment (the record's stored reward is never trusted)."""
     import agentgym  # noqa: F401  (registers the environments)
@@ -114,7 +115,7 @@ def load_reward(spec: str) -> RewardFn:
 
 
 def validate(
-    records: Sequence[dict[str, Any]],
+    records: Sequence[LabelledRecord],
     reward: RewardFn = env_reward,
     *,
     env_id: str | None = None,
@@ -147,11 +148,11 @@ def validate(
         "false_pass": sum(not t and p for t, p in zip(truth, predicted, strict=False)),
         "false_fail": sum(t and not p for t, p in zip(truth, predicted, strict=False)),
     }
-    scored = [(lbl["score"], res.score) for lbl, res in zip(labels, results, strict=False) if lbl.get("score") is not None]
+    scored = [(want, res.score) for lbl, res in zip(labels, results, strict=False) if (want := lbl.get("score")) is not None]
     disagreements = [
         Disagreement(r["task_id"], r["label"], res.score, p, res.reason)
         for r, res, p, t in zip(records, results, predicted, truth, strict=False)
-        if p != t or (r["label"].get("score") is not None and abs(res.score - r["label"]["score"]) > 0.05)
+        if p != t or _score_differs(r["label"], res.score)
     ]
     env_id = env_id or records[0]["env_id"]
     checks = _checks(records, results, reward, env_id, probe_episodes, reward_spec)
@@ -215,22 +216,28 @@ def _checks(records, results, reward, env_id, episodes, reward_spec) -> list[Che
     return checks
 
 
-def _score_elsewhere(records: Sequence[dict[str, Any]], reward_spec: str | None) -> list[float]:
+def _score_elsewhere(records: Sequence[EpisodeRecord], reward_spec: str | None) -> list[float]:
     with ProcessPoolExecutor(max_workers=2) as pool:
         return list(pool.map(_score_in_worker, [(reward_spec, r) for r in records], chunksize=max(1, len(records) // 2)))
 
 
-def _score_in_worker(job: tuple[str | None, dict[str, Any]]) -> float:
+def _score_in_worker(job: tuple[str | None, EpisodeRecord]) -> float:
     spec, record = job
     reward = env_reward if spec is None else load_reward(spec)
     return _as_result(reward(record)).score
+
+
+def _score_differs(label: Label, score: float) -> bool:
+    """Whether the label gives a score and ``score`` is more than 0.05 from it."""
+    want = label.get("score")
+    return want is not None and abs(score - want) > 0.05
 
 
 def _passed(result: RewardResult) -> bool:
     return result.passed if result.passed is not None else result.score >= 0.5
 
 
-def _check_label(index: int, record: dict[str, Any]) -> None:
+def _check_label(index: int, record: Mapping[str, Any]) -> None:
     label = record.get("label")
     where = f"record {index} ({record.get('task_id', '?')})"
     if not isinstance(label, dict) or not isinstance(label.get("pass"), bool):

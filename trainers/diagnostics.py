@@ -41,7 +41,7 @@ def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else NAN
 
 
-def _counts(episode: Episode) -> dict[str, int]:
+def _counts(episode: Episode) -> Mapping[str, Any]:
     """The environment's cumulative counters (format errors, tool errors, ...) at the episode's end."""
     steps = episode.record.get("steps") or []
     return steps[-1]["info"] if steps else {}

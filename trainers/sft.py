@@ -25,7 +25,8 @@ import torch
 from agentgym.envs import make_env
 from agentgym.models import ChatRenderer, Generation, Trajectory, TrajectoryBuilder, collate
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, read_jsonl, run_episode
+from agentgym.records import EpisodeRecord
+from agentgym.rollout import make_policy, read_records, run_episode
 from agentgym.seeding import stream_rng
 from agentgym.trainers.config import SFTSection
 from agentgym.trainers.modeling import TensorBatch, TrainerError, clip_and_step, token_logprobs
@@ -82,7 +83,7 @@ def record_to_trajectory(record: Mapping[str, Any], renderer: ChatRenderer) -> T
 
 def demonstration_records(
     env_id: str, sft: SFTSection, task_ids: Sequence[str], *, split: str, seed: int, max_turns: int | None = None, env_kwargs: Mapping[str, Any] | None = None
-) -> list[dict[str, Any]]:
+) -> list[EpisodeRecord]:
     """Successful episode records to imitate, for the tasks ``task_ids`` (in that order).
 
     ``sft.source == "oracle"`` plays the environment's oracle on each task (seed ``seed``); any
@@ -110,13 +111,13 @@ def demonstration_records(
     return kept
 
 
-def _file_records(source: str) -> list[dict[str, Any]]:
+def _file_records(source: str) -> list[EpisodeRecord]:
     """The episode records of a JSONL file, each checked to hold a conversation."""
     path = Path(source)
     if not path.is_file():
         raise TrainerError(f"sft.source {source!r} is neither 'oracle' nor an existing JSONL file")
     try:
-        rows = read_jsonl(path)
+        rows = read_records(path)
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise TrainerError(f"cannot read sft.source: {exc}") from None
     for number, row in enumerate(rows, 1):

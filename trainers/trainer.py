@@ -43,6 +43,7 @@ import torch
 from agentgym.env import check_task_ids
 from agentgym.models import DEFAULT_MODEL, ChatRenderer, collate
 from agentgym.models.loading import resolve_device
+from agentgym.records import EpisodeRecord
 from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.seeding import derive_seed, stream_rng
 from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
@@ -587,7 +588,7 @@ def _checked_tasks(config: TrainConfig, split: str, available: Sequence[str], ta
         raise TrainerError(str(exc)) from None
 
 
-def _demonstrations(config: TrainConfig, available: Sequence[str], train_pool: Sequence[str]) -> list[dict[str, Any]]:
+def _demonstrations(config: TrainConfig, available: Sequence[str], train_pool: Sequence[str]) -> list[EpisodeRecord]:
     """The SFT demonstration records (see :func:`agentgym.trainers.sft.demonstration_records`)."""
     r = config.rollout
     env_kwargs = r.env_kwargs if config.sft.env_kwargs is None else config.sft.env_kwargs

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from agentgym.cli._common import env_arguments, make
+
+if TYPE_CHECKING:
+    from agentgym.records import ChatMessage
 
 __all__ = ["add_parser", "run"]
 
@@ -60,7 +63,7 @@ def run(args: argparse.Namespace, read: Callable[[str], str] = input) -> int:
     return 0
 
 
-def _show(console: Any, messages: list[dict[str, Any]]) -> None:
+def _show(console: Any, messages: Sequence[ChatMessage]) -> None:
     from rich.text import Text
 
     for message in messages:

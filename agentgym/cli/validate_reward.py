@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+from typing import Any, cast
 
 from agentgym.cli._common import positive_int
 
@@ -23,13 +23,13 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from agentgym.records import LabelledRecord
     from agentgym.rollout import read_jsonl
     from agentgym.validation import env_reward, load_reward, validate
 
     reward = load_reward(args.reward) if args.reward else env_reward
-    report = validate(
-        read_jsonl(args.labels), reward, env_id=args.env, min_agreement=args.min_agreement, probe_episodes=args.probe_episodes, reward_spec=args.reward
-    )
+    records = cast("list[LabelledRecord]", read_jsonl(args.labels))  # JSON lines; validate() checks every label
+    report = validate(records, reward, env_id=args.env, min_agreement=args.min_agreement, probe_episodes=args.probe_episodes, reward_spec=args.reward)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, cast, runtime_checkable
+
+from agentgym.records import FinishReason
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-FinishReason = Literal["stop", "length"]
 
 
 class BackendError(RuntimeError):

@@ -20,13 +20,13 @@ the new messages against a neutral conversation (``"isolate"``, the default) and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from agentgym.models.backend import Generation
 from agentgym.models.chat import ChatRenderer, Message, TemplateError, validate_messages
+from agentgym.records import SegmentDict, SegmentKind, TrajectoryDict
 
-SegmentKind = Literal["prompt", "sampled", "closing", "env"]
 UnstablePolicy = Literal["isolate", "raise"]
 
 
@@ -54,6 +54,11 @@ class Segment:
     def end(self) -> int:
         """Offset one past the last token."""
         return self.start + len(self.token_ids)
+
+    def to_dict(self) -> SegmentDict:
+        """JSON-serialisable form (lists for the tuples)."""
+        logprobs = None if self.logprobs is None else list(self.logprobs)
+        return {"kind": self.kind, "start": self.start, "token_ids": list(self.token_ids), "logprobs": logprobs, "turn": self.turn}
 
 
 @dataclass(frozen=True)
@@ -97,12 +102,12 @@ class Trajectory:
         """True when the last segment is an environment delta (the sequence asks for another turn)."""
         return self.segments[-1].kind in ("prompt", "env")
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> TrajectoryDict:
         """JSON-serialisable form (``segments`` hold the tokens; the flat arrays are derived)."""
-        return {"segments": [asdict(s) for s in self.segments], "messages": [dict(m) for m in self.messages], "prefix_stable": self.prefix_stable}
+        return {"segments": [s.to_dict() for s in self.segments], "messages": [dict(m) for m in self.messages], "prefix_stable": self.prefix_stable}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Trajectory:
+    def from_dict(cls, data: TrajectoryDict) -> Trajectory:
         """Inverse of :meth:`to_dict`."""
         segments = [
             Segment(

@@ -21,6 +21,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketExce
 from websockets.sync.client import ClientConnection, connect
 
 from agentgym.env import EpisodeOver
+from agentgym.records import ChatMessage, EpisodeRecord
 from agentgym.remote.protocol import MAX_MESSAGE_BYTES, PROTOCOL, ProtocolError, dumps, loads
 from agentgym.spaces import AssistantTurn, ChatMessages
 from agentgym.verifiers.result import RewardResult
@@ -42,7 +43,7 @@ _RAISED: dict[str, type[Exception]] = {
 }
 
 
-class SessionEnv(gym.Env[list[dict[str, Any]], Any], metaclass=abc.ABCMeta):
+class SessionEnv(gym.Env[list[ChatMessage], Any], metaclass=abc.ABCMeta):
     """A ``gymnasium.Env`` whose environment lives in a session elsewhere; subclasses carry the requests."""
 
     metadata = {"render_modes": []}  # noqa: RUF012 - Gymnasium's convention
@@ -61,14 +62,14 @@ class SessionEnv(gym.Env[list[dict[str, Any]], Any], metaclass=abc.ABCMeta):
         self.counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
         self._tasks: list[dict[str, Any]] | None = None
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[ChatMessage], dict[str, Any]]:
         super().reset(seed=seed)
         reply = self.call({"op": "reset", "seed": seed, "options": options})
         self.task = reply["task"]
         self.counts = {"tool_calls": 0, "format_errors": 0, "tool_errors": 0}
         return reply["observation"], reply["info"]
 
-    def step(self, action: Any) -> tuple[list[dict[str, Any]], float, bool, bool, dict[str, Any]]:
+    def step(self, action: Any) -> tuple[list[ChatMessage], float, bool, bool, dict[str, Any]]:
         reply = self.call({"op": "step", "action": action})
         self.counts = reply["counts"]
         return reply["observation"], reply["reward"], reply["terminated"], reply["truncated"], reply["info"]
@@ -80,7 +81,7 @@ class SessionEnv(gym.Env[list[dict[str, Any]], Any], metaclass=abc.ABCMeta):
             self._tasks = self.call({"op": "tasks"})["tasks"]
         return self._tasks
 
-    def episode_record(self) -> dict[str, Any]:
+    def episode_record(self) -> EpisodeRecord:
         """The environment's record of the current episode."""
         return self.call({"op": "record"})["record"]
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
+from agentgym.records import ChatMessage
 from agentgym.remote.client import RemoteEnvError, SessionEnv
 from agentgym.remote.session import CLIENT_ENV_IDS, answer, environment_for, error_reply, hello
 
@@ -202,7 +203,7 @@ class RayEnv(SessionEnv):
         self._actor: _Actor | None = None
         self._open()
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[ChatMessage], dict[str, Any]]:
         if self._actor is None:  # its actor died: start again on a live one
             self._open()
         return super().reset(seed=seed, options=options)

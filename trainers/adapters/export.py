@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from agentgym.records import ChatMessage
 from agentgym.rollout import write_jsonl
 from agentgym.trainers.adapters.spec import SPEC_KEY, EpisodeSpec
 
@@ -82,7 +83,7 @@ def episodes(
         env.close()
 
 
-def _plain_messages(opening: Sequence[dict[str, Any]], env_id: str) -> tuple[dict[str, str], ...]:
+def _plain_messages(opening: Sequence[ChatMessage], env_id: str) -> tuple[dict[str, str], ...]:
     # Arrow stores a column of message lists as one struct type: extra keys on some messages
     # would become nulls on all others, which chat templates then render. Openings are plain.
     for message in opening:

@@ -16,6 +16,7 @@ import gymnasium as gym
 
 import agentgym
 from agentgym.env import SPLITS
+from agentgym.records import ChatMessage
 
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
@@ -121,7 +122,7 @@ class EpisodeSpec:
         except ValueError as exc:
             raise SpecError(str(exc)) from None
 
-    def reset(self, env: gym.Env) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    def reset(self, env: gym.Env) -> tuple[list[ChatMessage], dict[str, Any]]:
         """Start this spec's episode in ``env`` and return the opening messages and ``info``."""
         return env.reset(seed=self.seed, options={"task_id": self.task_id})
 
