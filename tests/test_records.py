@@ -1,0 +1,313 @@
+"""The record types of :mod:`agentgym.records` against real records.
+
+Every record here is real: episodes played by scripted policies in every registered environment,
+model episodes through the rollout runner, their JSON lines read back, the bundled task files and
+labelled sets. Each is held to its TypedDict key by key, nested values included: a key the type
+does not declare, a required key missing or a value of another type fails the test, so the types
+cannot drift from what the code writes.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+import typing
+from collections.abc import Sequence
+from importlib import resources
+from typing import Any, Literal, NotRequired, Required, Union
+
+import gymnasium as gym
+import pytest
+from fakes import OracleScript
+
+import agentgym
+from agentgym import records as R
+from agentgym.env import ToolEnv
+from agentgym.envs import ENVIRONMENTS
+from agentgym.labelling import to_openai_messages
+from agentgym.models import Generation, OpenAICompatibleBackend, SamplingParams, Trajectory
+from agentgym.parsing import ParsedAction
+from agentgym.policies import ReplayPolicy
+from agentgym.rollout import assistant_turns, make_policy, read_records, rollout, run_episode, to_json_line, write_jsonl
+from agentgym.runner import Episode, RolloutConfig, run_rollouts
+from agentgym.tools import tool
+from agentgym.verifiers.result import RewardResult
+
+# ------------------------------------------------------------------------------ the checker
+
+
+def problems(value: Any, tp: Any, where: str = "record") -> list[str]:
+    """Everything in ``value`` that does not match the type ``tp`` (empty when it matches).
+
+    TypedDicts are checked key by key (no undeclared key, every required key), containers item by
+    item, unions by their members, literals by value.
+    """
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return []
+    if origin in (NotRequired, Required):
+        return problems(value, args[0], where)
+    if typing.is_typeddict(tp):
+        if not isinstance(value, dict):
+            return [f"{where}: {type(value).__name__}, not a {tp.__name__}"]
+        hints = typing.get_type_hints(tp, include_extras=True)
+        assert set(hints) == tp.__required_keys__ | tp.__optional_keys__
+        found = [f"{where}: key {key!r} is not declared in {tp.__name__}" for key in value if key not in hints]
+        found += [f"{where}: required key {key!r} of {tp.__name__} is missing" for key in sorted(tp.__required_keys__ - set(value))]
+        for key, item in value.items():
+            if key in hints:
+                found += problems(item, hints[key], f"{where}[{key!r}]")
+        return found
+    if origin is Literal:
+        return [] if value in args else [f"{where}: {value!r} is not one of {args}"]
+    if origin in (Union, types.UnionType):
+        options = [problems(value, arg, where) for arg in args]
+        return [] if any(not p for p in options) else [f"{where}: {value!r} matches none of {args}: {options}"]
+    if tp is type(None) or tp is None:
+        return [] if value is None else [f"{where}: {value!r} is not None"]
+    if origin in (list, tuple, dict):
+        if not isinstance(value, origin):
+            return [f"{where}: {type(value).__name__}, not a {origin.__name__}"]
+        if origin is dict:
+            return [p for k, v in value.items() for p in problems(k, args[0], f"{where} key") + problems(v, args[1], f"{where}[{k!r}]")]
+        return [p for i, item in enumerate(value) for p in problems(item, args[0], f"{where}[{i}]")]
+    if tp is float:  # an int is a float to the type system (JSON writes 1.0 as 1 only if told to)
+        return [] if isinstance(value, int | float) and not isinstance(value, bool) else [f"{where}: {value!r} is not a float"]
+    if tp is int:
+        return [] if isinstance(value, int) and not isinstance(value, bool) else [f"{where}: {value!r} is not an int"]
+    assert isinstance(tp, type), f"the checker does not know {tp!r}"
+    return [] if isinstance(value, tp) else [f"{where}: {value!r} is not a {tp.__name__}"]
+
+
+def assert_matches(value: Any, tp: Any, where: str = "record") -> None:
+    found = problems(value, tp, where)
+    assert not found, "\n".join(found[:20])
+
+
+def json_round_trip(record: Any) -> Any:
+    return json.loads(to_json_line(record))
+
+
+def test_the_checker_catches_undeclared_missing_and_mistyped_keys() -> None:
+    message: dict[str, Any] = {"role": "tool", "content": "ok", "name": "t", "tool_call_id": "call_1_0"}
+    assert problems(message, R.ChatMessage) == []
+    assert problems(message | {"extra": 1}, R.ChatMessage) == ["record: key 'extra' is not declared in ChatMessage"]
+    assert problems({"role": "tool"}, R.ChatMessage) == ["record: required key 'content' of ChatMessage is missing"]
+    assert problems(message | {"role": "robot"}, R.ChatMessage)
+    assert problems({"reward": 1.0, "info": {"task_id": "t"}}, R.StepRecord)  # nested TypedDicts are checked too
+    assert problems({"segments": [], "messages": [], "prefix_stable": 1}, R.TrajectoryDict)
+    assert problems(True, float) and problems(True, int) and not problems(1, float)
+
+
+# ------------------------------------------------------------------------- scripted episodes
+
+
+def _episodes(env_id: str) -> list[dict[str, Any]]:
+    """Records of the oracle and of the random policy (format errors, truncation) on two tasks."""
+    return [
+        *rollout(env_id, "oracle", episodes=2, seed=0, split="test"),
+        *rollout(env_id, "random", episodes=1, seed=3, split="test", env_kwargs={"max_turns": 3}),
+    ]
+
+
+def test_episode_records_of_every_environment_match_the_type(env_id) -> None:  # env_id: every registered id (conftest.py)
+    for record in _episodes(env_id):
+        assert_matches(record, R.EpisodeRecord)
+        assert_matches(json_round_trip(record), R.EpisodeRecord)  # what the JSONL line reads back as
+        assert record["steps"], "an episode of at least one step"
+        assert_matches(record["steps"][-1]["info"], R.StepInfo)
+        assert R.RewardInfo.__required_keys__ <= set(record["steps"][-1]["info"])  # the final info explains the reward
+
+
+@pytest.mark.parametrize(("env_name", "policy"), [("agentgym/MockAPI-v0", "oracle"), ("agentgym/SQL-v0", "format_only")])
+def test_episode_records_with_injected_faults_match_the_type(env_name, policy) -> None:
+    records = list(rollout(env_name, policy, episodes=3, seed=0, env_kwargs={"fault_rate": 0.5}))
+    for record in records:
+        assert_matches(record, R.EpisodeRecord)
+    infos = [s["info"] for r in records for s in r["steps"]]
+    assert any(i.get("turn_faults") or i.get("faults") for i in infos), "the faults the info entries describe"
+
+
+def test_openai_style_assistant_messages_match_the_type() -> None:
+    env = gym.make("agentgym/Refund-v0", split="test")
+    try:
+        task_id = env.unwrapped.task_ids[0]
+        base = run_episode(env, make_policy(env, "oracle", 0), seed=0, task_id=task_id, policy_name="oracle")
+        turns = to_openai_messages(assistant_turns(base), {})
+        record = run_episode(env, ReplayPolicy(turns), seed=0, task_id=task_id, policy_name="replay")
+    finally:
+        env.close()
+    assert_matches(record, R.EpisodeRecord)
+    assert any("tool_calls" in m for m in record["messages"])
+
+
+def test_reset_info_matches_the_type() -> None:
+    for env_id in sorted(ENVIRONMENTS):
+        env = gym.make(env_id)
+        try:
+            observation, info = env.reset(seed=0)
+        finally:
+            env.close()
+        assert_matches(info, R.ResetInfo, f"{env_id} reset info")
+        for i, message in enumerate(observation):
+            assert_matches(message, R.ChatMessage, f"{env_id} opening[{i}]")
+
+
+def test_records_read_back_from_a_file_match_the_type(tmp_path) -> None:
+    path = tmp_path / "oracle.jsonl"
+    write_jsonl(path, rollout("agentgym/SQL-v0", "oracle", episodes=2))
+    records = read_records(path)
+    assert len(records) == 2
+    for record in records:
+        assert_matches(record, R.EpisodeRecord)
+
+
+# ---------------------------------------------------------------------------- model episodes
+
+
+def _check_model_episode(episode: Episode, tokenizer_name: str) -> None:
+    assert_matches(episode.record, R.ModelEpisodeRecord)
+    for i, turn in enumerate(episode.turns):
+        assert_matches(turn, R.TurnRecord, f"turn {i}")
+    line = episode.to_dict() | {"tokenizer": tokenizer_name}  # what agentgym eval --out writes
+    assert_matches(line, R.TrajectoryRecord)
+    read_back = json_round_trip(line)
+    assert_matches(read_back, R.TrajectoryRecord)
+    assert Trajectory.from_dict(read_back["trajectory"]) == episode.trajectory
+
+
+def test_model_episodes_match_the_types(fake_server, default_tokenizer) -> None:
+    env_id = "agentgym/SQL-v0"  # its tasks have a difficulty and a template, which the runner copies
+    env = gym.make(env_id, split="test")
+    task_id = env.unwrapped.task_ids[0]
+    env.close()
+    script = OracleScript(env_id, [task_id], default_tokenizer)
+    fake_server.responder = script.respond
+    config = RolloutConfig(env_id, split="test", task_ids=[task_id], group_size=2, seed=1)
+    with OpenAICompatibleBackend(fake_server.base_url, default_tokenizer) as client:
+        episodes = run_rollouts(client, config)
+    assert [e.stop_reason for e in episodes] == ["done", "done"]
+    assert {"difficulty", "template"} <= set(episodes[0].record)
+    for episode in episodes:
+        _check_model_episode(episode, "SmolLM2-135M-Instruct")
+
+
+class _RaisingEnv(ToolEnv):
+    """Raises on its first reply to a turn without tool calls: the runner records a failed episode."""
+
+    default_max_turns = 2
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("tasks", [{"task_id": "raises"}])
+        super().__init__(**kwargs)
+
+    def setup_episode(self, task: dict[str, Any]) -> list[R.ChatMessage]:
+        return [{"role": "system", "content": "Say anything."}, {"role": "user", "content": "Go on."}]
+
+    @tool
+    def noop(self) -> str:
+        """Do nothing."""
+        return "ok"
+
+    def respond(self, parsed: ParsedAction) -> list[R.ChatMessage]:
+        raise RuntimeError("environment bug")
+
+    def is_done(self) -> bool:
+        return False
+
+    def compute_reward(self) -> RewardResult:
+        return RewardResult(1.0, "finished", {}, True)
+
+
+gym.register("agentgym-test/RecordsRaising-v0", entry_point=_RaisingEnv)
+
+
+class _SaysHello:
+    """A backend that answers every turn with "hello" and the end-of-turn token."""
+
+    name = "says-hello"
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Generation]:
+        ids = (*self.tokenizer.encode("hello", add_special_tokens=False), params[0].stop_token_ids[0])
+        return [Generation(ids, (-0.1,) * len(ids), "hello", "stop") for _ in prompts]
+
+
+def test_a_failed_model_episode_matches_the_types(default_tokenizer) -> None:
+    config = RolloutConfig("agentgym-test/RecordsRaising-v0", num_tasks=1, max_new_tokens=8)
+    [episode] = run_rollouts(_SaysHello(default_tokenizer), config)
+    assert episode.stop_reason == "error" and "error" in episode.record
+    assert_matches(episode.turns[-1]["info"], R.StepError)
+    _check_model_episode(episode, "SmolLM2-135M-Instruct")
+
+
+# ----------------------------------------------------------------------------- bundled data
+
+TASK_TYPES: dict[str, type] = {
+    "refund": R.RefundTask,
+    "code_exec": R.CodeExecTask,
+    "mock_api": R.MockAPITask,
+    "knowledge/sql": R.SQLTask,
+    "knowledge/searchqa": R.SearchQATask,
+    "knowledge/toolmath": R.ToolMathTask,
+}
+
+
+def _task_files(name: str) -> list[tuple[str, Any]]:
+    """(family, file) for every bundled ``name`` file, e.g. ``train.jsonl``."""
+    root = resources.files("agentgym.tasks")
+    found = []
+    for family in ("refund", "code_exec", "mock_api", "tau_retail", "knowledge/sql", "knowledge/searchqa", "knowledge/toolmath"):
+        path = root.joinpath(*family.split("/"), name)
+        if path.is_file():
+            found.append((family, path))
+    return found
+
+
+def _lines(path: Any) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize("split", ["train", "val", "test"])
+def test_bundled_task_files_match_their_types(split) -> None:
+    files = _task_files(f"{split}.jsonl")
+    assert {family for family, _ in files} == set(TASK_TYPES)  # a new family needs its task type
+    for family, path in files:
+        for task in _lines(path):
+            assert_matches(task, TASK_TYPES[family], f"{family}/{split}.jsonl {task.get('task_id')}")
+
+
+def test_environment_task_lists_match_their_types() -> None:
+    types_by_env = {
+        "agentgym/Refund-v0": R.RefundTask,
+        "agentgym/CodeExec-v0": R.CodeExecTask,
+        "agentgym/MockAPI-v0": R.MockAPITask,
+        "agentgym/SQL-v0": R.SQLTask,
+        "agentgym/SearchQA-v0": R.SearchQATask,
+        "agentgym/ToolMath-v0": R.ToolMathTask,
+        "agentgym/TauRetail-v0": R.TauRetailTask,  # built from τ-bench's files, not from a JSONL split
+    }
+    assert set(types_by_env) == set(ENVIRONMENTS)
+    for env_id, task_type in types_by_env.items():
+        for split in ("train", "val", "test"):
+            env = gym.make(env_id, split=split)
+            try:
+                for task in env.unwrapped.tasks:
+                    assert_matches(task, task_type, f"{env_id} {split} {task['task_id']}")
+            finally:
+                env.close()
+
+
+def test_bundled_labelled_sets_match_the_type() -> None:
+    files = _task_files("labelled.jsonl")
+    assert len(files) == len(ENVIRONMENTS)
+    for family, path in files:
+        for i, record in enumerate(_lines(path)):
+            assert_matches(record, R.LabelledRecord, f"{family}/labelled.jsonl line {i + 1}")
+
+
+def test_the_record_types_are_exported() -> None:
+    for name in ("ChatMessage", "EpisodeRecord", "StepRecord", "StepInfo", "RewardInfo", "TaskRecord", "TurnRecord", "TrajectoryRecord", "LabelledRecord"):
+        assert getattr(agentgym, name) is getattr(R, name) and name in agentgym.__all__
