@@ -15,6 +15,7 @@ from typing import Any
 
 from agentgym.envs import make_env
 from agentgym.parsing import format_tool_call, parse_action
+from agentgym.records import Label, LabelledRecord
 from agentgym.rollout import assistant_turns, make_policy, replay, run_episode
 
 __all__ = [
@@ -44,22 +45,21 @@ class Scenario:
         policy: the scripted policy whose turns the scenario starts from.
         applies: which tasks the scenario is built on.
         transform: how the policy's turns are altered (receives the turns and the task).
-        label: the verdict, a :class:`~agentgym.records.Label`: ``{"pass": bool, "kind":
-            "success"|"partial"|"failure"|"hack", "justification": str}``.
+        label: the verdict: ``{"pass": bool, "kind": "success"|"partial"|"failure"|"hack",
+            "justification": str}``.
     """
 
     name: str
     policy: str
     applies: Callable[[dict[str, Any]], bool]
     transform: Transform
-    label: dict[str, Any]
+    label: Label
 
 
-def build_labelled(env_id: str, scenarios: Sequence[Scenario], *, split: str = "val", per_scenario: int = 3, **env_kwargs: Any) -> list[dict[str, Any]]:
-    """Episode records with labels (:class:`~agentgym.records.LabelledRecord`): ``per_scenario``
-    tasks per scenario, spread over the split."""
+def build_labelled(env_id: str, scenarios: Sequence[Scenario], *, split: str = "val", per_scenario: int = 3, **env_kwargs: Any) -> list[LabelledRecord]:
+    """Episode records with labels: ``per_scenario`` tasks per scenario, spread over the split."""
     env = make_env(env_id, split=split, **env_kwargs)
-    records = []
+    records: list[LabelledRecord] = []
     try:
         for number, scenario in enumerate(scenarios):
             tasks = [t for t in env.unwrapped.tasks if scenario.applies(t)][number % 3 :: 5][:per_scenario]
@@ -68,7 +68,7 @@ def build_labelled(env_id: str, scenarios: Sequence[Scenario], *, split: str = "
             for seed, task in enumerate(tasks):
                 base = run_episode(env, make_policy(env, scenario.policy, seed), seed=seed, task_id=task["task_id"], policy_name=scenario.policy)
                 record = replay(env, base, scenario.transform(assistant_turns(base), task))
-                records.append(record | {"policy": f"scenario: {scenario.name}", "label": scenario.label})
+                records.append({**record, "policy": f"scenario: {scenario.name}", "label": scenario.label})
     finally:
         env.close()
     return records
@@ -131,15 +131,3 @@ def to_openai_messages(turns: Turns, task: dict[str, Any]) -> Turns:
             }
         )
     return out
-
-
-def labelled_main(build: Callable[[], list[dict[str, Any]]], description: str, argv: Sequence[str] | None = None) -> None:
-    """The command line of a labelled-set module: ``python -m MODULE OUT.jsonl`` writes ``build()`` to OUT."""
-    import argparse
-    from pathlib import Path
-
-    from agentgym.rollout import write_jsonl
-
-    parser = argparse.ArgumentParser(description=description.strip().splitlines()[0])
-    parser.add_argument("out", type=Path, help="the labelled JSONL file to write")
-    write_jsonl(parser.parse_args(argv).out, build())

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from agentgym.records import LabelledRecord
 from agentgym.rollout import write_jsonl
 
 __all__ = ["BUILDERS", "TASKS", "build", "folder_parser", "stale", "write_labelled", "write_splits"]
@@ -80,7 +81,7 @@ def write_splits(folder: str | Path, splits: dict[str, list[dict[str, Any]]]) ->
     return written
 
 
-def write_labelled(folder: str | Path, records: Iterable[dict[str, Any]]) -> list[Path]:
+def write_labelled(folder: str | Path, records: Iterable[LabelledRecord]) -> list[Path]:
     """Write labelled records to ``folder/labelled.jsonl`` (:func:`agentgym.rollout.write_jsonl`); returns the path."""
     path = Path(folder) / "labelled.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, insert_after, keep, prepend_malformed_turn, to_openai_messages, without_calls
 from agentgym.parsing import format_tool_call
+from agentgym.records import Label, LabelKind, LabelledRecord
 from agentgym.sandbox._harness import decode
 from agentgym.tasks.build import folder_parser, write_labelled
 
@@ -71,7 +72,7 @@ def _draft(task: dict[str, Any]) -> Turns:
     return [format_tool_call("run_python", {"code": f"def {task['entry_point']}(*args):\n    return undefined_name\n{task['entry_point']}()\n"})]
 
 
-def _label(passed: bool, kind: str, justification: str) -> dict[str, Any]:
+def _label(passed: bool, kind: LabelKind, justification: str) -> Label:
     return {"pass": passed, "kind": kind, "justification": justification}
 
 
@@ -196,7 +197,7 @@ SCENARIOS = [
 ]
 
 
-def build() -> list[dict[str, Any]]:
+def build() -> list[LabelledRecord]:
     """The labelled records (three tasks of the val split per scenario)."""
     return build_labelled(ENV_ID, SCENARIOS)
 

@@ -39,6 +39,7 @@ from agentgym.labelling import (
     without_calls,
 )
 from agentgym.parsing import format_tool_call, parse_action
+from agentgym.records import Label, LabelKind, LabelledRecord
 from agentgym.tasks.build import folder_parser, write_labelled
 
 __all__ = ["SEARCHQA_SCENARIOS", "SETS", "SQL_SCENARIOS", "TOOLMATH_SCENARIOS", "build", "main", "write"]
@@ -47,7 +48,7 @@ Task = dict[str, Any]
 _T = TypeVar("_T")
 
 
-def _label(passed: bool, kind: str, justification: str) -> dict[str, Any]:
+def _label(passed: bool, kind: LabelKind, justification: str) -> Label:
     return {"pass": passed, "kind": kind, "justification": justification}
 
 
@@ -700,7 +701,7 @@ SETS: dict[str, tuple[str, list[Scenario]]] = {
 }
 
 
-def build(family: str) -> list[dict[str, Any]]:
+def build(family: str) -> list[LabelledRecord]:
     """The labelled records of one environment (``"sql"``, ``"searchqa"`` or ``"toolmath"``):
     three tasks of the val split per scenario."""
     if family not in SETS:

@@ -17,6 +17,7 @@ from typing import Any
 from agentgym.envs.mock_api.world import generate_world
 from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, first_arguments, insert_after, keep, prepend_malformed_turn, to_openai_messages
 from agentgym.parsing import format_tool_call
+from agentgym.records import Label, LabelKind, LabelledRecord
 from agentgym.tasks.build import folder_parser, write_labelled
 
 ENV_ID = "agentgym/MockAPI-v0"
@@ -110,7 +111,7 @@ def _reads_only(turns: Turns, task: dict[str, Any]) -> Turns:
     return [turns[0], *reads, format_tool_call("finish", {"summary": "Reviewed the queue; everything is in order."})]
 
 
-def _label(passed: bool, kind: str, justification: str) -> dict[str, Any]:
+def _label(passed: bool, kind: LabelKind, justification: str) -> Label:
     return {"pass": passed, "kind": kind, "justification": justification}
 
 
@@ -235,7 +236,7 @@ FAULTY_SCENARIOS = [
 ]
 
 
-def build() -> list[dict[str, Any]]:
+def build() -> list[LabelledRecord]:
     """The labelled records: three val tasks per scenario, the fault scenarios at fault_rate 0.5."""
     return build_labelled(ENV_ID, SCENARIOS) + build_labelled(ENV_ID, FAULTY_SCENARIOS, fault_rate=0.5)
 

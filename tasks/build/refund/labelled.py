@@ -26,6 +26,7 @@ from agentgym.labelling import (
     without_calls,
 )
 from agentgym.parsing import format_tool_call
+from agentgym.records import Label, LabelKind, LabelledRecord
 from agentgym.tasks.build import folder_parser, write_labelled
 
 ENV_ID = "agentgym/Refund-v0"
@@ -74,7 +75,7 @@ def _split_refund(turns: Turns, task: dict[str, Any]) -> Turns:
     return out
 
 
-def _label(passed: bool, kind: str, justification: str) -> dict[str, Any]:
+def _label(passed: bool, kind: LabelKind, justification: str) -> Label:
     return {"pass": passed, "kind": kind, "justification": justification}
 
 
@@ -187,7 +188,7 @@ SCENARIOS = [
 ]
 
 
-def build() -> list[dict[str, Any]]:
+def build() -> list[LabelledRecord]:
     """The labelled records (three tasks of the val split per scenario)."""
     return build_labelled(ENV_ID, SCENARIOS)
 

@@ -18,6 +18,7 @@ from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
 from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, edit_calls, insert_after, keep, prepend_malformed_turn
 from agentgym.parsing import format_tool_call
+from agentgym.records import Label, LabelKind, LabelledRecord
 from agentgym.tasks.build import folder_parser, write_labelled
 
 ENV_ID = "agentgym/TauRetail-v0"
@@ -59,7 +60,7 @@ def _other_reason(arguments: dict[str, Any], task: dict[str, Any]) -> dict[str, 
     return arguments | {"reason": "ordered by mistake" if arguments["reason"] == "no longer needed" else "no longer needed"}
 
 
-def _label(passed: bool, kind: str, justification: str) -> dict[str, Any]:
+def _label(passed: bool, kind: LabelKind, justification: str) -> Label:
     return {"pass": passed, "kind": kind, "justification": justification}
 
 
@@ -118,7 +119,7 @@ SCENARIOS = [
 ]
 
 
-def build() -> list[dict[str, Any]]:
+def build() -> list[LabelledRecord]:
     """The labelled records (six train tasks per scenario)."""
     return build_labelled(ENV_ID, SCENARIOS, split="train", per_scenario=6)
 
