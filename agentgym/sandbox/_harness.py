@@ -1,7 +1,6 @@
 """Grading programs that run inside sandboxes, and the typed value encoding they speak.
 
-Two roles, each a separate sandbox and interpreter, connected only through the grader on the
-host, one JSON object per line:
+Two roles, each a separate sandbox and interpreter, one JSON object per line between them:
 
 - :func:`serve` runs next to the submission. It loads ``solution.py`` as a module, says
   ``{"ready": true}``, then answers call requests ``{"call": name, "args": [...], "kwargs": {...}}``
@@ -11,7 +10,9 @@ host, one JSON object per line:
   submitted code in its interpreter: the function under test is a proxy whose calls go to the
   submission's sandbox and whose results come back through :func:`decode` as plain builtin
   values. Each test specification (one input line) ends with ``{"done": true, "passed": n,
-  "total": m}``; one driver runs many, each in a fresh namespace. An exception the function
+  "total": m}``; one driver runs many, each in a fresh namespace. The calls either go through the
+  grader on the host, or (local backend) straight to the submission over its standard input and
+  output, whose pipe ends the grader passes to the driver for one specification. An exception the function
   raised is raised again in the test's interpreter with its own class when that class is a
   builtin or belongs to a module the test code imported (``statistics.StatisticsError``), else
   as a stand-in class of the same name under its nearest builtin base, so ``except ValueError``
@@ -32,7 +33,10 @@ import base64
 import json
 import math
 import os
+import select
+import socket
 import sys
+import time
 import types
 from collections.abc import Callable
 from typing import Any
@@ -165,6 +169,20 @@ def _describe(exc: BaseException) -> dict[str, Any]:
     return {"raised": type(exc).__name__, "message": text, "classes": classes[:MAX_CLASSES]}
 
 
+def well_formed_answer(message: Any) -> dict[str, Any] | None:
+    """``message`` if it is a well-formed answer of the submission (a value, or an exception's
+    name, text and classes within bounds), else None."""
+    if not isinstance(message, dict):
+        return None
+    if set(message) == {"value"}:
+        return message
+    if set(message) == {"raised", "message", "classes"} and isinstance(message["raised"], str) and isinstance(message["message"], str):
+        classes = message["classes"]
+        if isinstance(classes, list) and len(classes) <= MAX_CLASSES and all(isinstance(c, str) and len(c) <= MAX_CLASS_NAME for c in classes):
+            return message
+    return None
+
+
 def _exception_like(raised: str, message: str, classes: list[str]) -> Exception:
     """The exception to raise in the test's interpreter for one the submission raised (see the
     module docstring). Only ``Exception`` subclasses: a stand-in for ``SystemExit`` must not stop
@@ -217,7 +235,7 @@ class CandidateError(Exception):
     """The function under test raised (in its own sandbox); carries the exception's name."""
 
 
-def drive() -> None:
+def drive(connected: bool = False) -> None:
     """Run test specifications against proxies of the submission's functions, one per input line,
     each in a fresh namespace, until the input ends (one driver serves many gradings).
 
@@ -225,10 +243,96 @@ def drive() -> None:
     iff ``check(candidate)`` returns) or ``"asserts"`` (MBPP: ``setup``, ``reference`` for the
     classes the setup needs, ``asserts``, ``names``; one point per assert). Each ends with one
     ``done`` message.
+
+    Calls go out on standard output and their answers come back on standard input, relayed by the
+    host; or, when the driver is ``connected`` (a peer socket on descriptor 4) and the spec says
+    ``"direct": true``, straight to the submission over the two pipe ends the host then passes on
+    that socket (the submission's standard input and output), each answer due within the spec's
+    ``timeout_s``; ``done`` then also says how many answers came and whether the submission stopped.
     """
     reader, writer = _channel()
+    peer = socket.socket(fileno=4) if connected else None
     for line in reader:
-        _say(writer, _run_spec(json.loads(line), reader, writer))
+        spec = json.loads(line)
+        if spec.get("direct") and peer is not None:
+            _, fds, _, _ = socket.recv_fds(peer, 1, 2)
+            submission = _Pipes(fds[0], fds[1], deadline=time.monotonic() + float(spec["timeout_s"]))
+            try:
+                _say(writer, _run_spec(spec, submission.ask) | {"answers": submission.answers, "stopped": submission.stopped})
+            finally:
+                submission.close()
+        else:
+            _say(writer, _run_spec(spec, _relayed(reader, writer)))
+
+
+def _relayed(reader: Any, writer: Any) -> Callable[[dict[str, Any]], dict[str, Any] | None]:
+    """Calls through the host, which checks each answer before passing it on."""
+
+    def ask(request: dict[str, Any]) -> dict[str, Any] | None:
+        _say(writer, request)
+        reply = json.loads(reader.readline() or "null")
+        return reply if isinstance(reply, dict) else None
+
+    return ask
+
+
+MAX_ANSWER_BYTES = 8 << 20  # a longer answer line counts as no answer
+
+
+class _Pipes:
+    """The submission's standard input and output, talked to directly: one call, one answer,
+    until it gives none (it exited, stayed silent past the deadline or broke the protocol)."""
+
+    def __init__(self, to_submission: int, from_submission: int, deadline: float):
+        self.to_submission, self.from_submission = to_submission, from_submission
+        self.deadline = deadline
+        self.buffer = bytearray()
+        self.answers = 0
+        self.stopped = False
+
+    def ask(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        if self.stopped:
+            return None
+        try:
+            self._write((json.dumps(request) + "\n").encode())
+            reply = well_formed_answer(json.loads(self._line()))
+        except (OSError, TimeoutError, ValueError):
+            reply = None
+        if reply is None:
+            self.stopped = True
+        else:
+            self.answers += 1
+        return reply
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            self._wait(select.POLLOUT, self.to_submission)
+            view = view[os.write(self.to_submission, view) :]
+
+    def _line(self) -> bytes:
+        while b"\n" not in self.buffer:
+            if len(self.buffer) > MAX_ANSWER_BYTES:
+                raise ValueError("answer too long")
+            self._wait(select.POLLIN, self.from_submission)
+            chunk = os.read(self.from_submission, 1 << 16)
+            if not chunk:
+                raise OSError("the submission closed its output")
+            self.buffer += chunk
+        line, _, rest = bytes(self.buffer).partition(b"\n")
+        self.buffer = bytearray(rest)
+        return line
+
+    def _wait(self, event: int, fd: int) -> None:
+        poller = select.poll()
+        poller.register(fd, event)
+        left = self.deadline - time.monotonic()
+        if left <= 0 or not poller.poll(left * 1000):
+            raise TimeoutError("the submission did not answer in time")
+
+    def close(self) -> None:
+        os.close(self.to_submission)
+        os.close(self.from_submission)
 
 
 _COMPILED: dict[str, types.CodeType] = {}
@@ -245,14 +349,13 @@ def _compiled(source: str) -> types.CodeType:
     return code
 
 
-def _run_spec(spec: dict[str, Any], reader: Any, writer: Any) -> dict[str, Any]:
+def _run_spec(spec: dict[str, Any], ask: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "__test__"}
 
     def proxy(name: str) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            _say(writer, {"call": name, "args": encode(list(args)), "kwargs": encode(kwargs)})
-            reply = json.loads(reader.readline() or "null")
-            if not isinstance(reply, dict):
+            reply = ask({"call": name, "args": encode(list(args)), "kwargs": encode(kwargs)})
+            if reply is None:
                 raise CandidateError("the submission stopped answering")
             if "value" in reply:
                 return decode(reply["value"], namespace.get)

@@ -354,11 +354,13 @@ class Server:
             run.deadline = time.monotonic() + run.wall_s
 
     def _op_run(self, message: dict[str, Any], fds: list[int]) -> None:
-        if len(fds) != 4 + int(message.get("cgroups", 0)):
+        peers = 1 if message.get("peer") else 0
+        if len(fds) != 4 + peers + int(message.get("cgroups", 0)):
             for fd in fds:
                 os.close(fd)
             return
-        stdin_fd, stdout_fd, stderr_fd, status_fd, *cgroup_fds = fds
+        stdin_fd, stdout_fd, stderr_fd, status_fd, *rest = fds
+        peer_fds, cgroup_fds = rest[:peers], rest[peers:]
         run_id = str(message["run"])
         workspace = str(message["workspace"])
         problem = None
@@ -379,8 +381,8 @@ class Server:
             except OSError as exc:
                 problem = f"could not start the sandbox: {exc}"
         if pid == 0:
-            _sandbox(message, stdin_fd, stdout_fd, stderr_fd, report_w, cgroup_fds, self.workspaces[workspace]["namespaces"])
-        for fd in (stdin_fd, stdout_fd, stderr_fd, report_w, *cgroup_fds):
+            _sandbox(message, stdin_fd, stdout_fd, stderr_fd, report_w, peer_fds, cgroup_fds, self.workspaces[workspace]["namespaces"])
+        for fd in (stdin_fd, stdout_fd, stderr_fd, report_w, *peer_fds, *cgroup_fds):
             os.close(fd)
         if problem is not None:
             os.close(report_r)
@@ -415,21 +417,29 @@ class Server:
 
 
 def _sandbox(
-    message: dict[str, Any], stdin_fd: int, stdout_fd: int, stderr_fd: int, report_fd: int, cgroup_fds: list[int], namespaces: dict[str, int]
+    message: dict[str, Any],
+    stdin_fd: int,
+    stdout_fd: int,
+    stderr_fd: int,
+    report_fd: int,
+    peer_fds: list[int],
+    cgroup_fds: list[int],
+    namespaces: dict[str, int],
 ) -> NoReturn:
     """One run, as pid 1 of its own pid namespace: isolate, drop every privilege, run the request.
 
     Being pid 1 means the kernel kills everything the code started when it exits or is killed.
-    Setup failures go to the report pipe as JSON; the code never sees that pipe.
+    Setup failures go to the report pipe as JSON; the code never sees that pipe. A peer socket
+    (``Sandbox.start(peer=...)``) becomes descriptor 4.
     """
     _join_cgroups(cgroup_fds, report_fd)
     try:
         for kind, fd in namespaces.items():  # the episode's network, IPC and UTS namespaces
             linux.setns(fd, EPISODE_NAMESPACES[kind])
         os.setsid()
-        for target, fd in enumerate((stdin_fd, stdout_fd, stderr_fd, report_fd)):
+        for target, fd in enumerate((stdin_fd, stdout_fd, stderr_fd, report_fd, *peer_fds)):
             os.dup2(fd, target)
-        os.closerange(4, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+        os.closerange(4 + len(peer_fds), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         limits = message["limits"]
         _private_namespaces(limits, str(message["workspace"]))
         with open("/proc/self/oom_score_adj", "w") as handle:

@@ -6,6 +6,7 @@ import abc
 import base64
 import json
 import posixpath
+import socket
 from collections.abc import Mapping
 from typing import ClassVar
 
@@ -48,6 +49,13 @@ class SandboxProcess(abc.ABC):
     def kill(self) -> None:
         """Kill the run's whole process tree now (idempotent)."""
 
+    def pipes(self) -> tuple[int, int]:
+        """The host's ends of the program's standard input (write) and output (read), once the
+        request has been delivered: for handing the conversation to another sandbox (see
+        :meth:`Backend.start_connected`), after which the caller no longer calls ``send`` or
+        ``readline``. Backends without such pipes raise ``NotImplementedError``."""
+        raise NotImplementedError("this backend's programs cannot hand over their standard streams")
+
     @abc.abstractmethod
     def stderr_so_far(self) -> str:
         """Standard error received up to now, without waiting: everything the program wrote there
@@ -58,6 +66,9 @@ class Backend(abc.ABC):
     """Runs sandboxed programs. Thread-safe: many episodes share one backend."""
 
     name: ClassVar[str]
+    # Modules every run has loaded already, by their name in ``sys.modules`` (the local backend's
+    # fork server loads the grading harness once, so grading programs need not ship it).
+    preloaded: ClassVar[frozenset[str]] = frozenset()
 
     @abc.abstractmethod
     def open_workspace(self, limits: Limits) -> str:
@@ -70,6 +81,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def start(self, workspace: str, request: bytes, limits: Limits) -> SandboxProcess:
         """Start the program described by ``request`` (see :func:`encode_request`) in ``workspace``."""
+
+    def start_connected(self, workspace: str, request: bytes, limits: Limits, peer: socket.socket) -> SandboxProcess:
+        """Like :meth:`start`, with ``peer`` (one end of a Unix socket pair) open in the program as
+        descriptor 4, so that the host can pass it descriptors later (a test driver receives the
+        pipes of each submission it tests). Backends that cannot raise ``NotImplementedError``."""
+        raise NotImplementedError(f"the {self.name} backend cannot connect a socket to a sandbox")
 
     def prepare(self, workspace: str, limits: Limits) -> None:  # noqa: B027 - optional: backends that cannot prepare ahead start each run on demand
         """Set up ``workspace``'s next run under ``limits`` now, so that the next :meth:`start` with

@@ -11,7 +11,10 @@ Its answers come back as typed JSON, and:
   second sandbox that holds the test code but never the submission, calling it by proxy. That
   test driver runs only trusted test code and sees submissions only as encoded data, so a
   grader keeps its drivers and reuses them (each test specification in a fresh namespace): a
-  grading starts one sandbox, the submission's, which is always new.
+  grading starts one sandbox, the submission's, which is always new. On the local backend the
+  driver calls the submission directly: the grader passes it the submission's standard input and
+  output for that grading (descriptors over a socket), and the driver checks every answer as the
+  grader would; elsewhere the grader relays each call and answer.
 
 Neither the submission's exit status nor anything it prints counts; every test needs its own
 answer. The score is the fraction of tests passed, in [0, 1]; a submission that crashes, exits
@@ -30,6 +33,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import socket
 import threading
 import time
 import weakref
@@ -39,7 +43,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from agentgym.sandbox._harness import MAX_CLASS_NAME, MAX_CLASSES, encode, same
+from agentgym.sandbox._harness import encode, same, well_formed_answer
 from agentgym.sandbox.backend import Backend, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.result import SandboxError
@@ -179,7 +183,7 @@ class Grader:
         with contextlib.ExitStack() as stack:
             # A new sandbox for every submission; a prepared one has only set up its isolation.
             box = stack.enter_context(self._chores.take_spare() or Sandbox(self.backend, self.limits))
-            process = box.start(_program("serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
+            process = box.start(_program(box.backend, "serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
             stack.callback(process.kill)
             self._chores.prepare_spare(self.backend, self.limits)  # while this submission loads
             submission = _Submission(process, time.monotonic() + self.limits.wall_time_s + 1.0)
@@ -212,19 +216,22 @@ class Grader:
         return Grade(passed / total if total else 0.0, passed, total, False, reason, {"notes": notes, "stderr_tail": stderr})
 
     def _drive(self, submission: _Submission, spec: dict[str, Any], total: int) -> tuple[int, int, list[str]]:
-        """Run ``spec`` on a test driver, relaying its calls to the submission: (passed, total, notes)."""
+        """Run ``spec`` on a test driver, which calls the submission directly (local backend) or
+        through this process: (passed, total, notes)."""
         started = time.monotonic()
         deadline = started + self.limits.wall_time_s + 1.0
         driver, healthy = self._drivers.take(), False
         try:
-            first = driver.first_message(spec, deadline)
+            pipes = submission.pipes() if driver.peer is not None else None
+            first = driver.first_message(spec, deadline, pipes, submission)
             if first is None and driver.gradings > 0:
                 # A reused driver that died while idle (its backend restarted, say) has asked the
                 # submission nothing yet: the grading goes on with a new one.
                 self._drivers.give_back(driver, healthy=False)
                 driver = self._drivers.take(new=True)
-                first = driver.first_message(spec, deadline)
-            result, healthy = _run_driver(submission, driver.process, first, total, deadline)
+                pipes = pipes if driver.peer is not None else None
+                first = driver.first_message(spec, deadline, pipes, submission)
+            result, healthy = _run_driver(submission, driver.process, first, total, deadline, direct=pipes is not None)
             return result
         finally:
             driver.gradings += 1
@@ -244,12 +251,13 @@ def _close(chores: _Chores, drivers: _Drivers) -> None:
 
 
 class _Chores:
-    """A grader's background thread: it prepares the next submission's sandbox and ends graded
-    submissions (kill, reap, delete the workspace), one job at a time in the order asked."""
+    """A grader's background threads: one prepares the next submission's sandbox, the other ends
+    graded submissions (kill, reap, delete the workspace); each does its jobs in the order asked.
+    Two lanes, so that preparing the next sandbox never waits behind ending the last one."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pool: ThreadPoolExecutor | None = None
+        self._lanes: dict[str, ThreadPoolExecutor] = {}
         self._pid = os.getpid()
         self._spare: Future[Sandbox | None] | None = None
 
@@ -271,13 +279,13 @@ class _Chores:
                 return None  # the next grading makes its own sandbox
             return box
 
-        spare = self._submit(prepare)
+        spare = self._submit("prepare", prepare)
         if spare is None:
             return
         with self._lock:
             older, self._spare = self._spare, spare
         if older is not None:  # another thread's grading prepared one meanwhile
-            self._submit(lambda: _close_spare(older))
+            self._submit("prepare", lambda: _close_spare(older))
 
     def finish(self, process: SandboxProcess, cleanup: contextlib.ExitStack) -> None:
         """Kill ``process``, reap it and run ``cleanup`` (its sandbox's close) in the background."""
@@ -289,28 +297,32 @@ class _Chores:
             with contextlib.suppress(Exception):
                 cleanup.close()
 
-        if self._submit(end) is None:
+        if self._submit("finish", end) is None:
             end()
 
     def close(self) -> None:
-        """Run the jobs asked for so far, close the prepared sandbox and stop the thread."""
+        """Run the jobs asked for so far, close the prepared sandbox and stop the threads."""
         with self._lock:
             self._forget_after_fork()
-            pool, self._pool = self._pool, None
+            lanes, self._lanes = self._lanes, {}
             spare, self._spare = self._spare, None
-        if pool is None:
-            return
         if spare is not None:
-            pool.submit(_close_spare, spare)  # after the job preparing it
+            try:
+                lanes["prepare"].submit(_close_spare, spare)  # after the job preparing it
+            except (KeyError, RuntimeError):  # at interpreter exit the lanes have done their jobs and stopped
+                if spare.done():
+                    _close_spare(spare)
         # Garbage collection may close a grader from a chores thread, which must not wait for itself.
-        pool.shutdown(wait=not threading.current_thread().name.startswith(_CHORES_THREAD))
+        wait = not threading.current_thread().name.startswith(_CHORES_THREAD)
+        for lane in lanes.values():
+            lane.shutdown(wait=wait)
 
-    def _submit(self, job: Callable[[], Any]) -> Future[Any] | None:
+    def _submit(self, lane: str, job: Callable[[], Any]) -> Future[Any] | None:
         with self._lock:
             self._forget_after_fork()
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix=_CHORES_THREAD)
-            pool = self._pool
+            if lane not in self._lanes:
+                self._lanes[lane] = ThreadPoolExecutor(1, thread_name_prefix=f"{_CHORES_THREAD}-{lane}")
+            pool = self._lanes[lane]
         try:
             return pool.submit(job)
         except RuntimeError:  # closed meanwhile: the caller does the work itself
@@ -319,7 +331,7 @@ class _Chores:
     def _forget_after_fork(self) -> None:
         # A forked child has none of its parent's threads: their jobs would never run there.
         if self._pid != os.getpid():
-            self._pid, self._pool, self._spare = os.getpid(), None, None
+            self._pid, self._lanes, self._spare = os.getpid(), {}, None
 
 
 _CHORES_THREAD = "agentgym-grader"
@@ -343,22 +355,46 @@ _DRIVER_LIFETIME_S = 3600.0
 class _Driver:
     box: Sandbox
     process: SandboxProcess
+    peer: socket.socket | None  # where it receives submissions' pipes, when its backend can pass them
     started: float
     gradings: int = 0
     busy_seconds: float = 0.0
 
-    def first_message(self, spec: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+    def first_message(self, spec: dict[str, Any], deadline: float, pipes: tuple[int, int] | None, submission: _Submission) -> dict[str, Any] | None:
+        """Hand the driver ``spec`` (and, to call the submission directly, its ``pipes``); its first
+        message: a call to relay, or the verdict. None if it is gone or timed out."""
+        if pipes is not None:
+            # The driver's own deadline comes first, so that a silent submission ends in a verdict.
+            spec = spec | {"direct": True, "timeout_s": max(0.0, deadline - time.monotonic() - _DIRECT_MARGIN_S)}
         try:
             self.process.send(_line(spec), timeout=max(0.0, deadline - time.monotonic()))
-        except TimeoutError:
+            if pipes is not None and self.peer is not None:
+                socket.send_fds(self.peer, [b"p"], list(pipes))
+        except (TimeoutError, OSError):
             return None
-        return _message(self.process, deadline)
+        if pipes is None:
+            return _message(self.process, deadline)
+        while True:  # the verdict; meanwhile, what the submission prints must not fill its pipe
+            try:
+                return _message(self.process, min(deadline, time.monotonic() + _STDERR_DRAIN_S), patient=False)
+            except TimeoutError:
+                submission.process.stderr_so_far()
+                if time.monotonic() >= deadline:
+                    return None
 
     def stop(self) -> None:
         with contextlib.suppress(Exception):  # a driver whose backend is gone is stopped already
             self.process.kill()
             self.process.wait()
+        if self.peer is not None:
+            self.peer.close()
         self.box.close()
+
+
+# A directly connected driver stops waiting for answers this long before the grading's deadline,
+# and meanwhile the grader drains the submission's standard error this often.
+_DIRECT_MARGIN_S = 0.5
+_STDERR_DRAIN_S = 0.05
 
 
 class _Drivers:
@@ -378,12 +414,21 @@ class _Drivers:
         if driver is not None:
             return driver
         box = Sandbox(self.backend, self.limits)
+        host_end, driver_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            process = box.start(_program("drive"), isolated=True)
+            try:
+                process = box.start(_program(box.backend, "drive", True), isolated=True, peer=driver_end)
+                peer: socket.socket | None = host_end
+            except NotImplementedError:  # a backend that cannot pass descriptors: calls are relayed
+                process, peer = box.start(_program(box.backend, "drive"), isolated=True), None
+                host_end.close()
         except BaseException:
+            host_end.close()
             box.close()
             raise
-        return _Driver(box, process, time.monotonic())
+        finally:
+            driver_end.close()
+        return _Driver(box, process, peer, time.monotonic())
 
     def give_back(self, driver: _Driver, *, healthy: bool) -> None:
         retire = (
@@ -405,10 +450,10 @@ class _Drivers:
 
 
 def _run_driver(
-    submission: _Submission, driver: SandboxProcess, first: dict[str, Any] | None, total: int, deadline: float
+    submission: _Submission, driver: SandboxProcess, first: dict[str, Any] | None, total: int, deadline: float, *, direct: bool
 ) -> tuple[tuple[int, int, list[str]], bool]:
-    """Relay the driver's calls to the submission until its verdict: ((passed, total, notes), whether
-    the driver can serve another grading)."""
+    """Relay the driver's calls to the submission (none when it calls the submission directly) until
+    its verdict: ((passed, total, notes), whether the driver can serve another grading)."""
     message = first
     try:
         while True:
@@ -418,7 +463,14 @@ def _run_driver(
                 passed, count = message.get("passed"), message.get("total")
                 if type(passed) is not int or type(count) is not int or not 0 <= passed <= count:
                     return (0, total, ["malformed verdict from the test driver"]), False
+                if direct:
+                    answers, stopped = message.get("answers"), message.get("stopped")
+                    if type(answers) is not int or type(stopped) is not bool:
+                        return (0, total, ["malformed verdict from the test driver"]), False
+                    submission.answers, submission.stopped = answers, stopped
                 return (passed, count, [str(n) for n in message.get("failures", [])][:5]), True
+            if direct:
+                return (0, total, ["malformed verdict from the test driver"]), False
             reply = submission.ask(message) if isinstance(message.get("call"), str) else None
             if reply is None:
                 reply = {"raised": "SubmissionStopped", "message": "the submission crashed, exited or timed out", "classes": []}
@@ -440,13 +492,21 @@ class _Submission:
     def message(self) -> dict[str, Any] | None:
         return _message(self.process, self.deadline)
 
+    def pipes(self) -> tuple[int, int] | None:
+        """The submission's standard input and output for a driver to call it directly, or None
+        (a backend without such pipes, or a submission that has ended)."""
+        try:
+            return self.process.pipes()
+        except (NotImplementedError, SandboxError):
+            return None
+
     def ask(self, request: dict[str, Any]) -> dict[str, Any] | None:
         """Send one call and return its well-formed answer; None once the submission gave none."""
         if self.stopped:
             return None
         try:
             self.process.send(_line(request), timeout=max(0.0, self.deadline - time.monotonic()))
-            reply = _reply(self.message())
+            reply = well_formed_answer(self.message())
         except TimeoutError:  # it stopped reading its input
             reply = None
         if reply is None:
@@ -476,18 +536,20 @@ def _run_cases(submission: _Submission, tests: FunctionTests) -> tuple[int, list
     return passed, notes
 
 
-# The local backend's fork server has the harness loaded already (under this name), so a run
-# skips compiling it; other backends start a fresh interpreter and compile the shipped source.
+# The harness's module name in a sandbox. Backends that list it in ``Backend.preloaded`` (the local
+# one: its fork server loads the harness once) get a program that only looks it up; the others start a
+# fresh interpreter, which compiles the shipped source (some 20 kB, about 0.4 ms in a run).
 _HARNESS_MODULE = "agentgym_sandbox__harness"
 
 
-def _program(role: str, *args: Any) -> str:
+def _program(backend: Backend, role: str, *args: Any) -> str:
     # repr() of str/list/dict/int/bool is a valid Python literal.
+    call = f"harness.{role}(*{args!r})\n"
+    if _HARNESS_MODULE in backend.preloaded:
+        return f"import sys\nharness = sys.modules[{_HARNESS_MODULE!r}]\n" + call
     return (
-        f"import sys, types\nharness = sys.modules.get({_HARNESS_MODULE!r})\n"
-        f"if harness is None:\n    harness = types.ModuleType({_HARNESS_MODULE!r})\n"
-        f"    sys.modules[harness.__name__] = harness\n    exec(compile({_HARNESS!r}, 'harness', 'exec'), harness.__dict__)\n"
-        f"harness.{role}(*{args!r})\n"
+        f"import sys, types\nharness = types.ModuleType({_HARNESS_MODULE!r})\nsys.modules[harness.__name__] = harness\n"
+        f"exec(compile({_HARNESS!r}, 'harness', 'exec'), harness.__dict__)\n" + call
     )
 
 
@@ -495,12 +557,15 @@ def _line(message: dict[str, Any]) -> bytes:
     return json.dumps(message).encode() + b"\n"
 
 
-def _message(process: SandboxProcess, deadline: float) -> dict[str, Any] | None:
-    """The next protocol message, or None on timeout, end of output or anything malformed."""
+def _message(process: SandboxProcess, deadline: float, *, patient: bool = True) -> dict[str, Any] | None:
+    """The next protocol message, or None on end of output or anything malformed; on timeout None,
+    or ``TimeoutError`` if not ``patient``."""
     try:
         line = process.readline(timeout=max(0.0, deadline - time.monotonic()))
     except TimeoutError:
-        return None
+        if patient:
+            return None
+        raise
     if not line.endswith(b"\n"):
         return None
     try:
@@ -508,16 +573,3 @@ def _message(process: SandboxProcess, deadline: float) -> dict[str, Any] | None:
     except ValueError:
         return None
     return message if isinstance(message, dict) else None
-
-
-def _reply(message: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A well-formed answer of the submission (value, or exception name and text), else None."""
-    if message is None:
-        return None
-    if set(message) == {"value"}:
-        return message
-    if set(message) == {"raised", "message", "classes"} and isinstance(message["raised"], str) and isinstance(message["message"], str):
-        classes = message["classes"]
-        if isinstance(classes, list) and len(classes) <= MAX_CLASSES and all(isinstance(c, str) and len(c) <= MAX_CLASS_NAME for c in classes):
-            return message
-    return None

@@ -143,6 +143,7 @@ class LocalBackend(Backend):
     """Sandboxes from Linux namespaces on this machine (needs Linux and root; see docs/security.md)."""
 
     name = "local"
+    preloaded = frozenset({"agentgym_sandbox__harness"})  # the fork server's _load_sibling("_harness")
 
     def __init__(self) -> None:
         if not sys.platform.startswith("linux"):
@@ -222,7 +223,10 @@ class LocalBackend(Backend):
             run.kill()
         return self._fork(workspace, request, limits)
 
-    def _fork(self, workspace: str, request: bytes, limits: Limits, *, wait_s: float | None = None) -> LocalProcess:
+    def start_connected(self, workspace: str, request: bytes, limits: Limits, peer: socket.socket) -> SandboxProcess:
+        return self._fork(workspace, request, limits, peer=peer)
+
+    def _fork(self, workspace: str, request: bytes, limits: Limits, *, wait_s: float | None = None, peer: socket.socket | None = None) -> LocalProcess:
         run_id = f"r{next(self._ids)}"
         stdin_r, stdin_w = os.pipe()
         out_r, out_w = os.pipe()
@@ -230,11 +234,12 @@ class LocalBackend(Backend):
         status_r, status_w = os.pipe()
         group = self._groups.get(workspace)
         cgroup_fds = group.procs_fds if group is not None else []
-        message = {"op": "run", "run": run_id, "workspace": workspace, "limits": limits.to_dict(), "cgroups": len(cgroup_fds)}
+        message = {"op": "run", "run": run_id, "workspace": workspace, "limits": limits.to_dict(), "cgroups": len(cgroup_fds), "peer": peer is not None}
         if wait_s is not None:
             message["wait_s"] = wait_s
+        peer_fds = [] if peer is None else [peer.fileno()]
         try:
-            self._send(message, [stdin_r, out_w, err_w, status_w, *cgroup_fds])
+            self._send(message, [stdin_r, out_w, err_w, status_w, *peer_fds, *cgroup_fds])
         except BaseException:
             for fd in (stdin_w, out_r, err_r, status_r):
                 os.close(fd)
@@ -456,6 +461,13 @@ class LocalProcess(SandboxProcess):
                 self._backend.kill(self.run_id)
             except SandboxError:
                 pass  # a dead server has already killed everything it ran
+
+    def pipes(self) -> tuple[int, int]:
+        if self._stdin is None or self._out_fd not in self._open:
+            raise SandboxError("the run has ended")
+        if not self._pump(lambda: not self._pending or self._stdin is None, self._deadline):
+            raise SandboxError("the sandboxed program did not read its request")
+        return self._stdin, self._out_fd
 
     def stderr_so_far(self) -> str:
         # The pumps drain every ready pipe at once, so what the program wrote to standard error

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import socket
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -121,11 +122,18 @@ class Sandbox:
         data = encode_request(code, files, isolated=isolated) + (stdin.encode() if isinstance(stdin, str) else bytes(stdin))
         return self.backend.start(self._workspace, data, self.limits).wait()
 
-    def start(self, code: str, *, files: Mapping[str, str | bytes] | None = None, isolated: bool = False) -> SandboxProcess:
-        """Start ``code`` and return the running process, whose standard input stays open."""
+    def start(self, code: str, *, files: Mapping[str, str | bytes] | None = None, isolated: bool = False, peer: socket.socket | None = None) -> SandboxProcess:
+        """Start ``code`` and return the running process, whose standard input stays open.
+
+        ``peer``: one end of a Unix socket pair, open in the program as descriptor 4 (see
+        :meth:`Backend.start_connected`; the local backend only).
+        """
         if self._workspace is None:
             raise SandboxError("this sandbox is closed")
-        return self.backend.start(self._workspace, encode_request(code, files, isolated=isolated), self.limits)
+        request = encode_request(code, files, isolated=isolated)
+        if peer is not None:
+            return self.backend.start_connected(self._workspace, request, self.limits, peer)
+        return self.backend.start(self._workspace, request, self.limits)
 
     def prepare(self) -> None:
         """Set up the next run's isolation now, while the caller does other work: the next

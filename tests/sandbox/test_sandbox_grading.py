@@ -353,3 +353,51 @@ def test_what_a_submission_printed_is_kept_and_closing_ends_every_submission(loc
             "adding -5 -6",
         ]
     assert set(leftovers()) <= before  # no submission's process, and not the prepared one, outlives close()
+
+
+def test_a_connected_driver_calls_the_submission_directly_and_survives_bad_ones(local_backend, monkeypatch):
+    # On the local backend the driver gets the submission's pipes: the grader relays no call. A
+    # silent, chatty, garbage-writing or exiting submission ends in a verdict from the driver,
+    # which then serves the next grading.
+    import agentgym.sandbox.grading as grading
+
+    relayed = []
+    monkeypatch.setattr(grading._Submission, "ask", lambda self, request: relayed.append(request))
+    sleeps = "import time\ndef double(x):\n    time.sleep(100)\n"
+    chatty = "import sys\ndef double(x):\n    sys.stderr.write('x' * 200_000)\n    return 2 * x\n"
+    garbage = "import os\ndef double(x):\n    for fd in range(3, 16):\n        try:\n            os.write(fd, b'{' * 100_000)\n        except OSError:\n            pass\n    return 2 * x\n"
+    exits = "import os\ndef double(x):\n    os._exit(0)\n"
+    with Grader(local_backend, LIMITS) as grader:
+        assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0
+        (driver,) = grader._drivers.idle
+        assert driver.peer is not None
+        started = time.monotonic()
+        assert grader.grade(sleeps, HUMANEVAL_LIKE).score == CRASH_SCORE  # no answer at all
+        assert time.monotonic() - started < LIMITS.wall_time_s + 1.5
+        chatty_grade = grader.grade(chatty, HUMANEVAL_LIKE)
+        assert chatty_grade.score == 1.0 and chatty_grade.details["stderr_tail"] == "x" * 2000
+        assert grader.grade(garbage, HUMANEVAL_LIKE).score <= 0.0
+        assert grader.grade(exits, HUMANEVAL_LIKE).score == CRASH_SCORE
+        assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0
+        assert grader._drivers.idle == [driver]  # the same driver throughout
+    assert relayed == []
+
+
+def test_without_descriptor_passing_the_grader_relays_every_call(local_backend, monkeypatch):
+    # A backend that cannot connect a socket to a sandbox (Docker) gets the relayed protocol.
+    from agentgym.sandbox.local import LocalBackend
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("no descriptor passing here")
+
+    monkeypatch.setattr(LocalBackend, "start_connected", refuse)
+    import agentgym.sandbox.grading as grading
+
+    asked = []
+    real_ask = grading._Submission.ask
+    monkeypatch.setattr(grading._Submission, "ask", lambda self, request: asked.append(request) or real_ask(self, request))
+    with Grader(local_backend, LIMITS) as grader:
+        assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0
+        assert grader.grade("def double(x):\n    return x\n", HUMANEVAL_LIKE).score == 0.0
+        assert grader._drivers.idle[0].peer is None
+    assert [a["call"] for a in asked] == ["double"] * 4  # three calls, then the wrong answer's first
