@@ -163,11 +163,13 @@ class CodeExecEnv(ToolEnv):
         if self._sandbox is None:
             self._sandbox = Sandbox(self.backend, self.limits)
         try:
-            result = self._sandbox.run(code)
+            process = self._sandbox.start(code)
+            # The next call's isolation is set up while this code runs and the model reads its output.
+            with contextlib.suppress(SandboxError):  # a backend failing here fails the next run, clearly
+                self._sandbox.prepare()
+            result = process.wait()
         except SandboxError as exc:
             raise ToolError(f"the sandbox failed to run the code ({exc}); try again") from None
-        with contextlib.suppress(SandboxError):  # a backend failing here fails the next run, clearly
-            self._sandbox.prepare()  # the next call's isolation is set up while the model reads this output
         self.runs += 1
         return format_result(result, self.limits)
 
