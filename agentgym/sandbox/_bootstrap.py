@@ -70,8 +70,14 @@ def write_files(files: dict[str, str], root: str = WORKSPACE) -> None:
         if os.path.lexists(path) and not os.path.isdir(path):
             os.unlink(path)  # a link left by earlier code must not redirect the write
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        with open(fd, "wb") as handle:
-            handle.write(base64.b64decode(encoded))
+        try:
+            # Plain writes, not a file object: in a freshly forked run every new code path costs
+            # copy-on-write faults, and the io stack is a long one.
+            data = memoryview(base64.b64decode(encoded))
+            while data:
+                data = data[os.write(fd, data) :]
+        finally:
+            os.close(fd)
 
 
 def settle() -> None:

@@ -246,17 +246,20 @@ def drive(connected: bool = False) -> None:
 
     Calls go out on standard output and their answers come back on standard input, relayed by the
     host; or, when the driver is ``connected`` (a peer socket on descriptor 4) and the spec says
-    ``"direct": true``, straight to the submission over the two pipe ends the host then passes on
-    that socket (the submission's standard input and output), each answer due within the spec's
+    ``"direct": true``, straight to the submission over the two pipe ends the host passes on that
+    socket (the submission's standard input and output), each answer due within the spec's
     ``timeout_s``; ``done`` then also says how many answers came and whether the submission stopped.
+    A direct spec arrives while the submission is still loading, so the tests are compiled and set
+    up meanwhile; the driver acknowledges it with ``{"ack": true}``, and the pipes follow once the
+    submission has loaded (or a message without them if it did not).
     """
     reader, writer = _channel()
     peer = socket.socket(fileno=4) if connected else None
     for line in reader:
         spec = json.loads(line)
         if spec.get("direct") and peer is not None:
-            _, fds, _, _ = socket.recv_fds(peer, 1, 2)
-            submission = _Pipes(fds[0], fds[1], deadline=time.monotonic() + float(spec["timeout_s"]))
+            _say(writer, {"ack": True})  # the host passes the pipes only to a driver that is alive
+            submission = _Pipes(peer, deadline=time.monotonic() + float(spec["timeout_s"]))
             try:
                 _say(writer, _run_spec(spec, submission.ask) | {"answers": submission.answers, "stopped": submission.stopped})
             finally:
@@ -281,17 +284,20 @@ MAX_ANSWER_BYTES = 8 << 20  # a longer answer line counts as no answer
 
 class _Pipes:
     """The submission's standard input and output, talked to directly: one call, one answer,
-    until it gives none (it exited, stayed silent past the deadline or broke the protocol)."""
+    until it gives none (it exited, stayed silent past the deadline or broke the protocol). The
+    pipe ends come on ``peer`` when the first call needs them (or at :meth:`close`)."""
 
-    def __init__(self, to_submission: int, from_submission: int, deadline: float):
-        self.to_submission, self.from_submission = to_submission, from_submission
+    def __init__(self, peer: socket.socket, deadline: float):
+        self.peer = peer
         self.deadline = deadline
+        self.fds: list[int] | None = None  # [to the submission, from the submission] once received
         self.buffer = bytearray()
         self.answers = 0
         self.stopped = False
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        if self.stopped:
+        if self.stopped or not self._connected():
+            self.stopped = True
             return None
         try:
             self._write((json.dumps(request) + "\n").encode())
@@ -304,18 +310,31 @@ class _Pipes:
             self.answers += 1
         return reply
 
+    def _connected(self) -> bool:
+        if self.fds is None:
+            # The host always sends one message per direct spec, so this waits for the submission to
+            # load, never longer than the grading.
+            _, fds, _, _ = socket.recv_fds(self.peer, 1, 2)
+            self.fds = fds if len(fds) == 2 else []
+            if len(fds) != 2:
+                for fd in fds:
+                    os.close(fd)
+        return bool(self.fds)
+
     def _write(self, data: bytes) -> None:
+        assert self.fds
         view = memoryview(data)
         while view:
-            self._wait(select.POLLOUT, self.to_submission)
-            view = view[os.write(self.to_submission, view) :]
+            self._wait(select.POLLOUT, self.fds[0])
+            view = view[os.write(self.fds[0], view) :]
 
     def _line(self) -> bytes:
+        assert self.fds
         while b"\n" not in self.buffer:
             if len(self.buffer) > MAX_ANSWER_BYTES:
                 raise ValueError("answer too long")
-            self._wait(select.POLLIN, self.from_submission)
-            chunk = os.read(self.from_submission, 1 << 16)
+            self._wait(select.POLLIN, self.fds[1])
+            chunk = os.read(self.fds[1], 1 << 16)
             if not chunk:
                 raise OSError("the submission closed its output")
             self.buffer += chunk
@@ -331,8 +350,9 @@ class _Pipes:
             raise TimeoutError("the submission did not answer in time")
 
     def close(self) -> None:
-        os.close(self.to_submission)
-        os.close(self.from_submission)
+        self._connected()  # the host's message for this spec is taken even if no call needed it
+        for fd in self.fds or ():
+            os.close(fd)
 
 
 _COMPILED: dict[str, types.CodeType] = {}

@@ -186,15 +186,22 @@ class Grader:
             process = box.start(_program(box.backend, "serve", _SOLUTION, list(tests.names)), files={_SOLUTION: code}, isolated=True)
             stack.callback(process.kill)
             self._chores.prepare_spare(self.backend, self.limits)  # while this submission loads
-            submission = _Submission(process, time.monotonic() + self.limits.wall_time_s + 1.0)
+            deadline = time.monotonic() + self.limits.wall_time_s + 1.0
+            submission = _Submission(process, deadline)
+            driving = None if isinstance(tests, FunctionTests) else self._begin_drive(tests, deadline)
             passed = 0
             notes: list[str] = []
-            ready = submission.message()
+            try:
+                ready = submission.message()
+            except BaseException:
+                if driving is not None:  # a driver holding the specification waits for the submission's pipes
+                    self._drivers.give_back(driving.driver, healthy=False)
+                raise
             loaded = bool(ready and ready.get("ready") is True)
-            if loaded and isinstance(tests, FunctionTests):
+            if driving is not None:
+                passed, total, notes = self._drive(driving, submission, loaded, total)
+            elif loaded and isinstance(tests, FunctionTests):
                 passed, notes = _run_cases(submission, tests)
-            elif loaded and not isinstance(tests, FunctionTests):
-                passed, total, notes = self._drive(submission, _driver_spec(tests), total)
             if loaded and not submission.stopped:
                 # It answered every call, so everything it wrote to standard error before its last
                 # answer has been read; stopping it and deleting its workspace happen off this path.
@@ -215,27 +222,41 @@ class Grader:
         reason = f"{passed} of {total} hidden tests passed"
         return Grade(passed / total if total else 0.0, passed, total, False, reason, {"notes": notes, "stderr_tail": stderr})
 
-    def _drive(self, submission: _Submission, spec: dict[str, Any], total: int) -> tuple[int, int, list[str]]:
-        """Run ``spec`` on a test driver, which calls the submission directly (local backend) or
-        through this process: (passed, total, notes)."""
-        started = time.monotonic()
-        deadline = started + self.limits.wall_time_s + 1.0
-        driver, healthy = self._drivers.take(), False
+    def _begin_drive(self, tests: CheckTests | AssertTests, deadline: float) -> _Driving:
+        driving = _Driving(self._drivers.take(), _driver_spec(tests), deadline, time.monotonic())
+        if driving.driver.peer is not None:
+            driving.sent = driving.driver.send_spec(driving.spec, deadline)
+        return driving
+
+    def _drive(self, driving: _Driving, submission: _Submission, loaded: bool, total: int) -> tuple[int, int, list[str]]:
+        """Finish ``driving`` once the submission has loaded (or failed to): a connected driver calls
+        it directly, other drivers through this process. (passed, total, notes)."""
+        driver, healthy = driving.driver, False
         try:
-            pipes = submission.pipes() if driver.peer is not None else None
-            first = driver.first_message(spec, deadline, pipes, submission)
-            if first is None and driver.gradings > 0:
+            if not loaded:  # nothing to test; a driver holding the specification is told so
+                healthy = not driving.sent or (driver.connect(None, driving.deadline) and driver.verdict(driving.deadline, submission) is not None)
+                return 0, total, []
+            direct = driver.peer is not None
+            pipes = submission.pipes() if direct else None
+            started = (driving.sent and driver.connect(pipes, driving.deadline)) if direct else driver.send_spec(driving.spec, driving.deadline)
+            if not started and driver.gradings > 0:
                 # A reused driver that died while idle (its backend restarted, say) has asked the
                 # submission nothing yet: the grading goes on with a new one.
                 self._drivers.give_back(driver, healthy=False)
-                driver = self._drivers.take(new=True)
-                pipes = pipes if driver.peer is not None else None
-                first = driver.first_message(spec, deadline, pipes, submission)
-            result, healthy = _run_driver(submission, driver.process, first, total, deadline, direct=pipes is not None)
+                driver = driving.driver = self._drivers.take(new=True)
+                direct = driver.peer is not None
+                pipes = submission.pipes() if direct else None
+                if driver.send_spec(driving.spec, driving.deadline) and direct:
+                    driver.connect(pipes, driving.deadline)  # if this fails too, the verdict below is None: a failed grading
+            if direct:
+                first = driver.verdict(driving.deadline, submission)
+            else:
+                first = _message(driver.process, driving.deadline)
+            result, healthy = _run_driver(submission, driver.process, first, total, driving.deadline, direct=direct)
             return result
         finally:
             driver.gradings += 1
-            driver.busy_seconds += time.monotonic() - started
+            driver.busy_seconds += time.monotonic() - driving.started
             self._drivers.give_back(driver, healthy=healthy)
 
 
@@ -360,21 +381,35 @@ class _Driver:
     gradings: int = 0
     busy_seconds: float = 0.0
 
-    def first_message(self, spec: dict[str, Any], deadline: float, pipes: tuple[int, int] | None, submission: _Submission) -> dict[str, Any] | None:
-        """Hand the driver ``spec`` (and, to call the submission directly, its ``pipes``); its first
-        message: a call to relay, or the verdict. None if it is gone or timed out."""
-        if pipes is not None:
+    def send_spec(self, spec: dict[str, Any], deadline: float) -> bool:
+        """Hand the driver ``spec``; a connected driver is told to call the submission directly and
+        to give up on it before the grading's deadline. False if the driver does not take it."""
+        if self.peer is not None:
             # The driver's own deadline comes first, so that a silent submission ends in a verdict.
             spec = spec | {"direct": True, "timeout_s": max(0.0, deadline - time.monotonic() - _DIRECT_MARGIN_S)}
         try:
             self.process.send(_line(spec), timeout=max(0.0, deadline - time.monotonic()))
-            if pipes is not None and self.peer is not None:
-                socket.send_fds(self.peer, [b"p"], list(pipes))
-        except (TimeoutError, OSError):
-            return None
-        if pipes is None:
-            return _message(self.process, deadline)
-        while True:  # the verdict; meanwhile, what the submission prints must not fill its pipe
+        except TimeoutError:
+            return False
+        return True
+
+    def connect(self, pipes: tuple[int, int] | None, deadline: float) -> bool:
+        """Pass a connected driver, once it has acknowledged its specification, the submission's
+        pipes, or none if there is no submission to call (it did not load). False if the driver is
+        gone (a driver that dies while idle is found out here, before it could ask anything)."""
+        assert self.peer is not None
+        if _message(self.process, deadline) != {"ack": True}:
+            return False
+        try:
+            socket.send_fds(self.peer, [b"p"], list(pipes or ()))
+        except OSError:
+            return False
+        return True
+
+    def verdict(self, deadline: float, submission: _Submission) -> dict[str, Any] | None:
+        """A connected driver's verdict; meanwhile the submission's standard error is drained, so
+        that what it prints cannot fill its pipe and stall it."""
+        while True:
             try:
                 return _message(self.process, min(deadline, time.monotonic() + _STDERR_DRAIN_S), patient=False)
             except TimeoutError:
@@ -389,6 +424,18 @@ class _Driver:
         if self.peer is not None:
             self.peer.close()
         self.box.close()
+
+
+@dataclass
+class _Driving:
+    """A test specification and the driver running it, from before the submission has loaded: a
+    connected driver gets the specification at once and prepares the tests meanwhile."""
+
+    driver: _Driver
+    spec: dict[str, Any]
+    deadline: float
+    started: float
+    sent: bool = False
 
 
 # A directly connected driver stops waiting for answers this long before the grading's deadline,
