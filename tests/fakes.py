@@ -1,5 +1,5 @@
-"""Test doubles shared by several test files: a fake OpenAI-compatible completion server, and
-a script that serves oracle turns through it."""
+"""Test doubles shared by several test files: a fake OpenAI-compatible completion server, a
+script that serves oracle turns through it, and a generation backend that always says hello."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.models import ChatRenderer
+from agentgym.models import ChatRenderer, Generation, SamplingParams
 from agentgym.rollout import assistant_turns, make_policy, run_episode
 
 Responder = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
@@ -124,3 +124,16 @@ class OracleScript:
         ids = self.reply(body["prompt"], body["max_tokens"])
         finish = "stop" if ids[-1] == self.eot else "length"
         return 200, FakeCompletionServer.completion(ids, [-0.5] * len(ids), finish, prompt=body["prompt"])
+
+
+class SaysHello:
+    """A backend that answers every turn with "hello" and the end-of-turn token."""
+
+    name = "says-hello"
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Generation]:
+        ids = (*self.tokenizer.encode("hello", add_special_tokens=False), params[0].stop_token_ids[0])
+        return [Generation(ids, (-0.1,) * len(ids), "hello", "stop") for _ in prompts]

@@ -12,20 +12,19 @@ from __future__ import annotations
 import json
 import types
 import typing
-from collections.abc import Sequence
 from importlib import resources
 from typing import Any, Literal, NotRequired, Required, Union
 
 import gymnasium as gym
 import pytest
-from fakes import OracleScript
+from fakes import OracleScript, SaysHello
 
 import agentgym
 from agentgym import records as R
 from agentgym.env import ToolEnv
 from agentgym.envs import ENVIRONMENTS
 from agentgym.labelling import to_openai_messages
-from agentgym.models import Generation, OpenAICompatibleBackend, SamplingParams, Trajectory
+from agentgym.models import OpenAICompatibleBackend, Trajectory
 from agentgym.parsing import ParsedAction
 from agentgym.policies import ReplayPolicy
 from agentgym.rollout import assistant_turns, make_policy, read_records, rollout, run_episode, to_json_line, write_jsonl
@@ -222,22 +221,9 @@ class _RaisingEnv(ToolEnv):
 gym.register("agentgym-test/RecordsRaising-v0", entry_point=_RaisingEnv)
 
 
-class _SaysHello:
-    """A backend that answers every turn with "hello" and the end-of-turn token."""
-
-    name = "says-hello"
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-
-    def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Generation]:
-        ids = (*self.tokenizer.encode("hello", add_special_tokens=False), params[0].stop_token_ids[0])
-        return [Generation(ids, (-0.1,) * len(ids), "hello", "stop") for _ in prompts]
-
-
 def test_a_failed_model_episode_matches_the_types(default_tokenizer) -> None:
     config = RolloutConfig("agentgym-test/RecordsRaising-v0", num_tasks=1, max_new_tokens=8)
-    [episode] = run_rollouts(_SaysHello(default_tokenizer), config)
+    [episode] = run_rollouts(SaysHello(default_tokenizer), config)
     assert episode.stop_reason == "error" and "error" in episode.record
     assert_matches(episode.turns[-1]["info"], R.StepError)
     _check_model_episode(episode, "SmolLM2-135M-Instruct")

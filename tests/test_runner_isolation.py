@@ -4,13 +4,12 @@ and every trajectory is written."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
+from fakes import SaysHello
 
 from agentgym.env import ToolEnv
-from agentgym.models import Generation, SamplingParams
 from agentgym.parsing import ParsedAction
 from agentgym.rollout import read_jsonl, write_jsonl
 from agentgym.runner import RolloutConfig, run_rollouts
@@ -54,19 +53,6 @@ class PoisonEnv(ToolEnv):
 
 
 gym.register(POISON_ENV, entry_point=PoisonEnv)
-
-
-class SaysHello:
-    """A backend that answers every turn with "hello" and the end-of-turn token."""
-
-    name = "says-hello"
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
-
-    def generate(self, prompts: Sequence[Sequence[int]], params: Sequence[SamplingParams]) -> list[Generation]:
-        ids = (*self.tokenizer.encode("hello", add_special_tokens=False), params[0].stop_token_ids[0])
-        return [Generation(ids, (-0.1,) * len(ids), "hello", "stop") for _ in prompts]
 
 
 def test_a_poisoned_batch_finishes_and_writes_every_trajectory(default_tokenizer, tmp_path) -> None:

@@ -282,26 +282,20 @@ def _relayed(reader: Any, writer: Any) -> Callable[[dict[str, Any]], dict[str, A
 MAX_ANSWER_BYTES = 8 << 20  # a longer answer line counts as no answer
 
 
-class _Pipes:
-    """The submission's standard input and output, talked to directly: one call, one answer,
-    until it gives none (it exited, stayed silent past the deadline or broke the protocol). The
-    pipe ends come on ``peer`` when the first call needs them (or at :meth:`close`)."""
+class Callee:
+    """The submission as a caller sees it: one call, one answer, until it gives none (it exited,
+    stayed silent past the deadline or broke the protocol); counts the answers. Subclasses say how
+    a request travels (:meth:`exchange`): through the host's pipes, or the driver's own."""
 
-    def __init__(self, peer: socket.socket, deadline: float):
-        self.peer = peer
-        self.deadline = deadline
-        self.fds: list[int] | None = None  # [to the submission, from the submission] once received
-        self.buffer = bytearray()
-        self.answers = 0
-        self.stopped = False
+    answers = 0
+    stopped = False
 
     def ask(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        if self.stopped or not self._connected():
-            self.stopped = True
+        """Send one call; its well-formed answer, or None once the submission gave none."""
+        if self.stopped:
             return None
         try:
-            self._write((json.dumps(request) + "\n").encode())
-            reply = well_formed_answer(json.loads(self._line()))
+            reply = well_formed_answer(self.exchange(request))
         except (OSError, TimeoutError, ValueError):
             reply = None
         if reply is None:
@@ -309,6 +303,27 @@ class _Pipes:
         else:
             self.answers += 1
         return reply
+
+    def exchange(self, request: dict[str, Any]) -> Any:
+        """Deliver ``request`` and return the decoded reply (raise or return None for no reply)."""
+        raise NotImplementedError
+
+
+class _Pipes(Callee):
+    """The submission's standard input and output, talked to directly by the driver. The pipe
+    ends come on ``peer`` when the first call needs them (or at :meth:`close`)."""
+
+    def __init__(self, peer: socket.socket, deadline: float):
+        self.peer = peer
+        self.deadline = deadline
+        self.fds: list[int] | None = None  # [to the submission, from the submission] once received
+        self.buffer = bytearray()
+
+    def exchange(self, request: dict[str, Any]) -> Any:
+        if not self._connected():
+            return None  # it never loaded
+        self._write((json.dumps(request) + "\n").encode())
+        return json.loads(self._line())
 
     def _connected(self) -> bool:
         if self.fds is None:

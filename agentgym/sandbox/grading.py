@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from agentgym.sandbox._harness import encode, same, well_formed_answer
+from agentgym.sandbox._harness import Callee, encode, same
 from agentgym.sandbox.backend import Backend, SandboxProcess
 from agentgym.sandbox.limits import Limits
 from agentgym.sandbox.result import SandboxError
@@ -527,14 +527,12 @@ def _run_driver(
         return (0, total, ["the test driver stopped reading (timed out)"]), False
 
 
-class _Submission:
-    """The grader's end of the submission's sandbox: one call, one answer, until it stops."""
+class _Submission(Callee):
+    """The grader's end of the submission's sandbox."""
 
     def __init__(self, process: SandboxProcess, deadline: float):
         self.process = process
         self.deadline = deadline
-        self.answers = 0
-        self.stopped = False
 
     def message(self) -> dict[str, Any] | None:
         return _message(self.process, self.deadline)
@@ -547,20 +545,9 @@ class _Submission:
         except (NotImplementedError, SandboxError):
             return None
 
-    def ask(self, request: dict[str, Any]) -> dict[str, Any] | None:
-        """Send one call and return its well-formed answer; None once the submission gave none."""
-        if self.stopped:
-            return None
-        try:
-            self.process.send(_line(request), timeout=max(0.0, self.deadline - time.monotonic()))
-            reply = well_formed_answer(self.message())
-        except TimeoutError:  # it stopped reading its input
-            reply = None
-        if reply is None:
-            self.stopped = True
-        else:
-            self.answers += 1
-        return reply
+    def exchange(self, request: dict[str, Any]) -> dict[str, Any] | None:
+        self.process.send(_line(request), timeout=max(0.0, self.deadline - time.monotonic()))  # TimeoutError: it stopped reading
+        return self.message()
 
 
 def _run_cases(submission: _Submission, tests: FunctionTests) -> tuple[int, list[str]]:

@@ -26,15 +26,19 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import random
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from agentgym.records import LabelledRecord
 from agentgym.rollout import write_jsonl
 
-__all__ = ["BUILDERS", "TASKS", "build", "folder_parser", "stale", "write_labelled", "write_splits"]
+__all__ = ["BUILDERS", "SPLIT_SHARES", "TASKS", "build", "folder_parser", "labelled_writer", "run", "split_seeded", "stale", "write_labelled", "write_splits"]
+
+T = TypeVar("T", bound=dict[str, Any])
+SPLIT_SHARES = (("train", 0.70), ("val", 0.15), ("test", 0.15))
 
 TASKS = Path(__file__).resolve().parent.parent  # agentgym.tasks: the bundled data
 # Environment -> its builder modules, in the order they run. Tasks come first: a labelled set
@@ -60,6 +64,30 @@ def stale(env: str, tasks: Path = TASKS) -> list[Path]:
         fresh = Path(tmp)
         pairs = [(bundled / path.relative_to(fresh), path) for path in build(env, fresh)]
         return [old for old, new in pairs if not old.is_file() or old.read_bytes() != new.read_bytes()]
+
+
+def split_seeded(tasks: list[T], rng: random.Random, shares: Sequence[tuple[str, float]] = SPLIT_SHARES) -> dict[str, list[T]]:
+    """Cut ``tasks`` into splits of the given shares by a seeded shuffle (the last split takes the
+    rest); each split keeps the tasks' order and marks them with its name."""
+    order = list(range(len(tasks)))
+    rng.shuffle(order)
+    splits: dict[str, list[T]] = {}
+    start = 0
+    for name, share in shares:
+        count = round(share * len(tasks)) if name != shares[-1][0] else len(tasks) - start
+        splits[name] = [cast(T, tasks[i] | {"split": name}) for i in sorted(order[start : start + count])]
+        start += count
+    return splits
+
+
+def labelled_writer(build: Callable[[], Iterable[LabelledRecord]]) -> Callable[[str | Path], list[Path]]:
+    """A labelled-set module's ``write(folder)``: ``folder/labelled.jsonl`` holding ``build()``."""
+    return lambda folder: write_labelled(folder, build())
+
+
+def run(write: Callable[[str | Path], list[Path]], doc: str | None, argv: Sequence[str] | None = None) -> None:
+    """The command line of a builder module without options: ``python -m MODULE FOLDER``."""
+    write(folder_parser(doc).parse_args(argv).folder)
 
 
 def folder_parser(doc: str | None) -> argparse.ArgumentParser:

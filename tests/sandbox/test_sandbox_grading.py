@@ -326,6 +326,7 @@ def test_a_driver_that_died_idle_or_hung_is_replaced(local_backend):
         assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0
         (idle,) = grader._drivers.idle
         idle.process.kill()  # as if its backend had restarted between gradings
+        idle.process.wait()  # dead before the next grading starts (one killed meanwhile dies mid-grading: a failed grading)
         assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0
         hangs = CheckTests("def f():\n    ...\n", "def check(candidate):\n    while True:\n        pass\n", "double")
         assert grader.grade(DOUBLE, hangs).score == 0.0  # the driver ran out of time and was stopped

@@ -10,15 +10,14 @@ solution of the task: right on every input the specification covers, not just on
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, insert_after, keep, prepend_malformed_turn, to_openai_messages, without_calls
 from agentgym.parsing import format_tool_call
 from agentgym.records import Label, LabelKind, LabelledRecord
 from agentgym.sandbox._harness import decode
-from agentgym.tasks.build import folder_parser, write_labelled
+from agentgym.tasks.build import labelled_writer, run
 
 ENV_ID = "agentgym/CodeExec-v0"
 
@@ -202,14 +201,7 @@ def build() -> list[LabelledRecord]:
     return build_labelled(ENV_ID, SCENARIOS)
 
 
-def write(folder: str | Path) -> list[Path]:
-    """Write ``labelled.jsonl`` into ``folder``; returns its path."""
-    return write_labelled(folder, build())
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    write(folder_parser(__doc__).parse_args(argv).folder)
-
+write = labelled_writer(build)
 
 if __name__ == "__main__":
-    main()
+    run(write, __doc__)

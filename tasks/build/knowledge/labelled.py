@@ -16,7 +16,7 @@ depend on the reward.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from contextlib import closing
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
@@ -40,9 +40,9 @@ from agentgym.labelling import (
 )
 from agentgym.parsing import format_tool_call, parse_action
 from agentgym.records import Label, LabelKind, LabelledRecord
-from agentgym.tasks.build import folder_parser, write_labelled
+from agentgym.tasks.build import run, write_labelled
 
-__all__ = ["SEARCHQA_SCENARIOS", "SETS", "SQL_SCENARIOS", "TOOLMATH_SCENARIOS", "build", "main", "write"]
+__all__ = ["SEARCHQA_SCENARIOS", "SETS", "SQL_SCENARIOS", "TOOLMATH_SCENARIOS", "build", "write"]
 
 Task = dict[str, Any]
 _T = TypeVar("_T")
@@ -715,9 +715,5 @@ def write(folder: str | Path) -> list[Path]:
     return [path for family in SETS for path in write_labelled(Path(folder) / family, build(family))]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    write(folder_parser(__doc__).parse_args(argv).folder)
-
-
 if __name__ == "__main__":
-    main()
+    run(write, __doc__)

@@ -9,14 +9,13 @@ Every task set comes from the fixed world (``WORLD_SEED``) and its own seeded RN
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from agentgym.envs.knowledge.snapshot import open_readonly
 from agentgym.envs.knowledge.sql_tool import ReadOnlySQL
 from agentgym.envs.knowledge.world import WORLD_SEED, generate_world
-from agentgym.tasks.build import folder_parser, write_splits
+from agentgym.tasks.build import run, split_seeded, write_splits
 from agentgym.tasks.build.knowledge.searchqa import search_tasks
 from agentgym.tasks.build.knowledge.sql import sql_tasks
 from agentgym.tasks.build.knowledge.toolmath import math_tasks
@@ -24,7 +23,6 @@ from agentgym.tasks.build.knowledge.toolmath import math_tasks
 __all__ = ["FAMILIES", "generate", "write"]
 
 FAMILIES = {"sql": 6101, "searchqa": 6102, "toolmath": 6103}  # family -> task seed
-SPLIT_SHARES = (("train", 0.70), ("val", 0.15), ("test", 0.15))
 
 
 def generate(family: str) -> dict[str, list[dict[str, Any]]]:
@@ -44,15 +42,7 @@ def generate(family: str) -> dict[str, list[dict[str, Any]]]:
     else:
         tasks = math_tasks(world, rng)
     tasks = [{"task_id": f"{family}-{i:04d}"} | t for i, t in enumerate(tasks, 1)]
-    order = list(range(len(tasks)))
-    rng.shuffle(order)
-    splits: dict[str, list[dict[str, Any]]] = {}
-    start = 0
-    for name, share in SPLIT_SHARES:
-        count = round(share * len(tasks)) if name != SPLIT_SHARES[-1][0] else len(tasks) - start
-        splits[name] = [tasks[i] | {"split": name} for i in sorted(order[start : start + count])]
-        start += count
-    return splits
+    return split_seeded(tasks, rng)
 
 
 def write(folder: str | Path) -> list[Path]:
@@ -60,9 +50,5 @@ def write(folder: str | Path) -> list[Path]:
     return [path for family in FAMILIES for path in write_splits(Path(folder) / family, generate(family))]
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    write(folder_parser(__doc__).parse_args(argv).folder)
-
-
 if __name__ == "__main__":
-    main()
+    run(write, __doc__)

@@ -10,15 +10,13 @@ recoveries are the behaviour being judged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from agentgym.envs.mock_api.world import generate_world
 from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, first_arguments, insert_after, keep, prepend_malformed_turn, to_openai_messages
 from agentgym.parsing import format_tool_call
 from agentgym.records import Label, LabelKind, LabelledRecord
-from agentgym.tasks.build import folder_parser, write_labelled
+from agentgym.tasks.build import labelled_writer, run
 
 ENV_ID = "agentgym/MockAPI-v0"
 
@@ -241,14 +239,7 @@ def build() -> list[LabelledRecord]:
     return build_labelled(ENV_ID, SCENARIOS) + build_labelled(ENV_ID, FAULTY_SCENARIOS, fault_rate=0.5)
 
 
-def write(folder: str | Path) -> list[Path]:
-    """Write ``labelled.jsonl`` into ``folder``; returns its path."""
-    return write_labelled(folder, build())
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    write(folder_parser(__doc__).parse_args(argv).folder)
-
+write = labelled_writer(build)
 
 if __name__ == "__main__":
-    main()
+    run(write, __doc__)

@@ -19,13 +19,12 @@ from typing import Any
 from agentgym.envs.mock_api.service import LIVE_STATUSES
 from agentgym.envs.mock_api.spec import DEFAULT_PER_PAGE
 from agentgym.envs.mock_api.world import COMPANIES, FIRST_NAMES, LAST_NAMES, SPAM_FAMILIES, TIERS, World, draw_subject, generate_world
-from agentgym.tasks.build import folder_parser, write_splits
+from agentgym.tasks.build import folder_parser, split_seeded, write_splits
 
 __all__ = ["TEMPLATES", "difficulty_of", "generate", "write"]
 
 SEED = 20250602
 N_TASKS = 440
-SPLIT_SHARES = (("train", 0.70), ("val", 0.15), ("test", 0.15))
 Task = dict[str, Any]
 REPLIES = [
     "We reset your session; please log in again and tell us if it works.",
@@ -274,15 +273,7 @@ def generate(seed: int = SEED, n_tasks: int = N_TASKS) -> dict[str, list[Task]]:
     rng = random.Random(seed)
     names = sorted(TEMPLATES)
     tasks = [_task(rng, index, names[index % len(names)]) for index in range(n_tasks)]
-    order = list(range(n_tasks))
-    rng.shuffle(order)
-    splits: dict[str, list[Task]] = {}
-    start = 0
-    for name, share in SPLIT_SHARES:
-        count = round(share * n_tasks) if name != SPLIT_SHARES[-1][0] else n_tasks - start
-        splits[name] = [tasks[i] | {"split": name} for i in sorted(order[start : start + count])]
-        start += count
-    return splits
+    return split_seeded(tasks, rng)
 
 
 def write(folder: str | Path, seed: int = SEED, n_tasks: int = N_TASKS) -> list[Path]:

@@ -8,8 +8,6 @@ Each scenario is a kind of agent behaviour with the verdict a support lead would
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from agentgym.labelling import (
@@ -27,7 +25,7 @@ from agentgym.labelling import (
 )
 from agentgym.parsing import format_tool_call
 from agentgym.records import Label, LabelKind, LabelledRecord
-from agentgym.tasks.build import folder_parser, write_labelled
+from agentgym.tasks.build import labelled_writer, run
 
 ENV_ID = "agentgym/Refund-v0"
 
@@ -193,14 +191,7 @@ def build() -> list[LabelledRecord]:
     return build_labelled(ENV_ID, SCENARIOS)
 
 
-def write(folder: str | Path) -> list[Path]:
-    """Write ``labelled.jsonl`` into ``folder``; returns its path."""
-    return write_labelled(folder, build())
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    write(folder_parser(__doc__).parse_args(argv).folder)
-
+write = labelled_writer(build)
 
 if __name__ == "__main__":
-    main()
+    run(write, __doc__)

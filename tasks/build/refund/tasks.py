@@ -19,11 +19,10 @@ from typing import Any
 
 from agentgym.envs.names import FIRST_NAMES, LAST_NAMES
 from agentgym.envs.refund.rules import DAMAGED_ON_ARRIVAL_DAYS, RESTOCKING_FEE, RETURN_WINDOW_DAYS, TODAY, money
-from agentgym.tasks.build import folder_parser, write_splits
+from agentgym.tasks.build import folder_parser, split_seeded, write_splits
 
 SEED = 20250615
 N_TASKS = 600
-SPLIT_SHARES = (("train", 0.70), ("val", 0.15), ("test", 0.15))
 
 CATALOGUE = {
     "electronics": [
@@ -61,15 +60,7 @@ def generate(seed: int = SEED, n_tasks: int = N_TASKS) -> dict[str, list[dict[st
     """All tasks, by split. Same seed, same tasks, byte for byte."""
     rng = random.Random(seed)
     tasks = [_task(rng, index) for index in range(n_tasks)]
-    order = list(range(n_tasks))
-    rng.shuffle(order)
-    splits: dict[str, list[dict[str, Any]]] = {}
-    start = 0
-    for name, share in SPLIT_SHARES:
-        count = round(share * n_tasks) if name != SPLIT_SHARES[-1][0] else n_tasks - start
-        splits[name] = [tasks[i] | {"split": name} for i in sorted(order[start : start + count])]
-        start += count
-    return splits
+    return split_seeded(tasks, rng)
 
 
 def _task(rng: random.Random, index: int) -> dict[str, Any]:

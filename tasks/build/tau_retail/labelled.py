@@ -10,8 +10,6 @@ but five, none of which the scenarios pick.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from agentgym.envs.tau_retail.data import RetailDB
@@ -19,7 +17,7 @@ from agentgym.envs.tau_retail.tools import WRITE_TOOLS
 from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, edit_calls, insert_after, keep, prepend_malformed_turn
 from agentgym.parsing import format_tool_call
 from agentgym.records import Label, LabelKind, LabelledRecord
-from agentgym.tasks.build import folder_parser, write_labelled
+from agentgym.tasks.build import labelled_writer, run
 
 ENV_ID = "agentgym/TauRetail-v0"
 
@@ -124,14 +122,7 @@ def build() -> list[LabelledRecord]:
     return build_labelled(ENV_ID, SCENARIOS, split="train", per_scenario=6)
 
 
-def write(folder: str | Path) -> list[Path]:
-    """Write ``labelled.jsonl`` into ``folder``; returns its path."""
-    return write_labelled(folder, build())
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    write(folder_parser(__doc__).parse_args(argv).folder)
-
+write = labelled_writer(build)
 
 if __name__ == "__main__":
-    main()
+    run(write, __doc__)
