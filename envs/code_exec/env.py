@@ -14,6 +14,7 @@ from typing import Any
 from agentgym.env import Message, ToolEnv
 from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
 from agentgym.parsing import ParsedAction
+from agentgym.records import CodeExecTask
 from agentgym.sandbox import ExecResult, Limits, Sandbox, SandboxError, get_backend
 from agentgym.sandbox.grading import GRADING_LIMITS, Grade, Grader
 from agentgym.tools import ToolError, tool
@@ -36,7 +37,7 @@ Tools:
 Test your code with run_python before you submit."""
 
 
-class CodeExecEnv(ToolEnv):
+class CodeExecEnv(ToolEnv[CodeExecTask]):
     """agentgym/CodeExec-v0: write, test and submit Python code.
 
     ## Description
@@ -128,10 +129,10 @@ class CodeExecEnv(ToolEnv):
 
     # ------------------------------------------------------------------ episode lifecycle
 
-    def load_tasks(self, source: str | Path | Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    def load_tasks(self, source: str | Path | Sequence[dict[str, Any]]) -> list[CodeExecTask]:
         return super().load_tasks(load_tasks(source))
 
-    def setup_episode(self, task: dict[str, Any]) -> list[Message]:
+    def setup_episode(self, task: CodeExecTask) -> list[Message]:
         self._close_sandbox()
         self.grade = None
         self.submission = None

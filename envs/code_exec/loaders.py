@@ -18,7 +18,7 @@ import ast
 import gzip
 import json
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +146,7 @@ def _parse(source: str) -> ast.Module:
             raise ValueError(f"MBPP task code does not parse: {exc}") from None
 
 
-def grading_spec(task: dict[str, Any]) -> TestSpec:
+def grading_spec(task: Mapping[str, Any]) -> TestSpec:
     """The grader's specification of a normalised task's hidden tests."""
     kind = task["format"]
     if kind == "function":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from agentgym.envs.knowledge.cache import SHARED_CACHE, ToolCache
 from agentgym.envs.knowledge.search_tool import MAX_RESULTS, ArticleIndex
 from agentgym.envs.knowledge.snapshot import open_readonly, snapshot_path
 from agentgym.parsing import ParsedAction
+from agentgym.records import KnowledgeTask
 from agentgym.tools import ToolError, cap_result, tool
 from agentgym.verifiers import RewardResult, weighted_sum
 
@@ -33,7 +34,11 @@ CacheSetting = str | ToolCache
 _CACHE_SCOPES = ("instance", "process", "off")
 
 
-class KnowledgeEnv(ToolEnv):
+# The task record type of a knowledge environment.
+KnowledgeTaskT = TypeVar("KnowledgeTaskT", bound=KnowledgeTask)
+
+
+class KnowledgeEnv(ToolEnv[KnowledgeTaskT]):
     """Base of SQL-v0, SearchQA-v0 and ToolMath-v0: a question, tools over the snapshot, one answer.
 
     Args:
@@ -71,7 +76,7 @@ class KnowledgeEnv(ToolEnv):
 
     # ------------------------------------------------------------------ episode lifecycle
 
-    def setup_episode(self, task: dict[str, Any]) -> list[Message]:
+    def setup_episode(self, task: KnowledgeTaskT) -> list[Message]:
         self.submitted = None
         self._cache_hits = self._cache_misses = 0
         self._faults = 0
@@ -149,7 +154,7 @@ class KnowledgeEnv(ToolEnv):
         return super().policies() | {"oracle": ORACLES[cls.__name__]}
 
 
-class ArticleEnv(KnowledgeEnv):
+class ArticleEnv(KnowledgeEnv[KnowledgeTaskT]):
     """A knowledge environment with the ``search`` and ``open`` tools (SearchQA-v0, ToolMath-v0)."""
 
     _index: ArticleIndex | None = None

@@ -5,11 +5,12 @@ Gymnasium's sections; ``docs/envs/searchqa.md`` is generated from it."""
 from __future__ import annotations
 
 from agentgym.envs.knowledge.base import ArticleEnv
+from agentgym.records import SearchQATask
 
 __all__ = ["SearchQAEnv"]
 
 
-class SearchQAEnv(ArticleEnv):
+class SearchQAEnv(ArticleEnv[SearchQATask]):
     """agentgym/SearchQA-v0: multi-hop questions answered with search and open.
 
     ## Description

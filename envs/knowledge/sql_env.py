@@ -10,6 +10,7 @@ from agentgym.envs.knowledge.base import KnowledgeEnv
 from agentgym.envs.knowledge.snapshot import open_readonly
 from agentgym.envs.knowledge.sql_tool import ReadOnlySQL
 from agentgym.envs.knowledge.world import FOREIGN_KEYS, TABLES
+from agentgym.records import SQLTask
 from agentgym.tools import tool
 
 __all__ = ["SQLEnv", "schema_text"]
@@ -25,7 +26,7 @@ def schema_text() -> str:
     return "\n\n".join(blocks) + "\n\nFOREIGN KEYS\n" + "\n".join(f"  {k}" for k in keys)
 
 
-class SQLEnv(KnowledgeEnv):
+class SQLEnv(KnowledgeEnv[SQLTask]):
     """agentgym/SQL-v0: answer a question with read-only SQL over the snapshot.
 
     ## Description

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from agentgym.envs.knowledge.base import ArticleEnv
 from agentgym.envs.knowledge.calculator import CalculatorError, calculate
+from agentgym.records import ToolMathTask
 from agentgym.tools import ToolError, tool
 
 __all__ = ["ToolMathEnv"]
 
 
-class ToolMathEnv(ArticleEnv):
+class ToolMathEnv(ArticleEnv[ToolMathTask]):
     """agentgym/ToolMath-v0: find numbers with search and open, compute with calculator.
 
     ## Description

@@ -18,6 +18,7 @@ from agentgym.envs.mock_api.server import ServerLease, acquire_server
 from agentgym.envs.mock_api.session import Session
 from agentgym.envs.mock_api.world import World, generate_world
 from agentgym.parsing import ParsedAction
+from agentgym.records import MockAPITask
 from agentgym.tools import ToolError, tool
 from agentgym.verifiers import RewardResult, weighted_sum
 
@@ -68,7 +69,7 @@ class _Connection:
         self.lease.release()
 
 
-class MockApiEnv(ToolEnv):
+class MockApiEnv(ToolEnv[MockAPITask]):
     """agentgym/MockAPI-v0: helpdesk operations over a real HTTP API with seeded faults.
 
     ## Description
@@ -190,7 +191,7 @@ class MockApiEnv(ToolEnv):
         assert self._connection is not None and self.session is not None
         return observation, info | {"api_base_url": self._connection.base_url, "fault_rate": self.session.faults.rate}
 
-    def setup_episode(self, task: dict[str, Any]) -> list[Message]:
+    def setup_episode(self, task: MockAPITask) -> list[Message]:
         rate = self._options.get("fault_rate", self.fault_config.rate_for_episode(self._episodes))
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
             raise ValueError(f"options['fault_rate'] must be a number in [0, 1]; got {rate!r}")

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from agentgym.env import Message, ToolEnv
 from agentgym.envs.refund.rules import Condition, DenialReason, evaluate_item, money
 from agentgym.parsing import ParsedAction
+from agentgym.records import RefundTask
 from agentgym.tools import ToolError, tool
 from agentgym.verifiers import RewardResult, weighted_sum
 
@@ -23,7 +24,7 @@ WEIGHTS = {"format": 0.1, "execution": 0.4, "completion": 0.5}
 POLICY_TEXT = (resources.files("agentgym.envs.refund") / "policy.md").read_text(encoding="utf-8")
 
 
-class RefundEnv(ToolEnv):
+class RefundEnv(ToolEnv[RefundTask]):
     """agentgym/Refund-v0: a refund request handled under a written policy.
 
     ## Description
@@ -91,7 +92,7 @@ class RefundEnv(ToolEnv):
 
     # ------------------------------------------------------------------ episode lifecycle
 
-    def setup_episode(self, task: dict[str, Any]) -> list[Message]:
+    def setup_episode(self, task: RefundTask) -> list[Message]:
         self.customer = copy.deepcopy(task["customer"])
         self.orders = {o["order_id"]: copy.deepcopy(o) for o in task["orders"]}
         self.verified = False

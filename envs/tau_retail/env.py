@@ -18,6 +18,7 @@ from agentgym.envs.tau_retail.users import STOP, USER_MODES, Progress, make_user
 from agentgym.envs.tau_retail.violations import PolicyViolations, record_owner
 from agentgym.models import GenerationBackend
 from agentgym.parsing import ParsedAction, ToolCall
+from agentgym.records import TauRetailTask
 from agentgym.verifiers import RewardResult
 
 # agentgym split -> τ-bench split
@@ -38,7 +39,7 @@ def upstream_tasks(split: str) -> list[dict[str, Any]]:
     ]
 
 
-class TauRetailEnv(ToolEnv, RetailTools):
+class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
     """agentgym/TauRetail-v0: τ-bench retail with a scripted, ticket or LLM customer.
 
     ## Description
@@ -165,12 +166,12 @@ class TauRetailEnv(ToolEnv, RetailTools):
         equivalent schemas generated from the tools' signatures; a test keeps the two equal)."""
         return copy.deepcopy(list(_tool_schemas()))
 
-    def load_split(self, split: str) -> list[dict[str, Any]]:
+    def load_split(self, split: str) -> list[TauRetailTask]:
         return self.load_tasks(upstream_tasks(split))
 
     # ------------------------------------------------------------------ episode lifecycle
 
-    def setup_episode(self, task: dict[str, Any]) -> list[Message]:
+    def setup_episode(self, task: TauRetailTask) -> list[Message]:
         self.db = RetailDB()
         self.transferred = False
         self.stopped = False

@@ -21,6 +21,7 @@ from typing import Any, Literal, Protocol
 
 from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
+from agentgym.records import TauRetailTask
 
 __all__ = [
     "STOP",
@@ -84,7 +85,7 @@ class User(Protocol):
     def reply(self, text: str, progress: Progress) -> str | None: ...
 
 
-def make_user(mode: str, task: dict[str, Any]) -> User:
+def make_user(mode: str, task: TauRetailTask) -> User:
     """The deterministic customer of ``task`` for ``mode`` (``scripted`` or ``ticket``; the LLM
     customer needs a model, see :class:`agentgym.envs.tau_retail.llm_user.LLMCustomer`)."""
     if mode == "ticket":
@@ -97,7 +98,7 @@ def make_user(mode: str, task: dict[str, Any]) -> User:
 class TicketUser:
     """The whole request arrives as the first message; there is no one to talk to afterwards."""
 
-    def __init__(self, task: dict[str, Any]) -> None:
+    def __init__(self, task: TauRetailTask) -> None:
         self.instruction = task["instruction"]
 
     def opening(self) -> str:
@@ -110,7 +111,7 @@ class TicketUser:
 class ScriptedUser:
     """A customer who wants exactly the task's ground-truth writes (see the module docstring)."""
 
-    def __init__(self, task: dict[str, Any]) -> None:
+    def __init__(self, task: TauRetailTask) -> None:
         self.task = task
         # A database of its own, never written: the customer remembers the orders as they were.
         self.db = RetailDB()
