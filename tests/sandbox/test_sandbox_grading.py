@@ -402,3 +402,18 @@ def test_without_descriptor_passing_the_grader_relays_every_call(local_backend, 
         assert grader.grade("def double(x):\n    return x\n", HUMANEVAL_LIKE).score == 0.0
         assert grader._drivers.idle[0].peer is None
     assert [a["call"] for a in asked] == ["double"] * 4  # three calls, then the wrong answer's first
+
+
+def test_one_grader_serves_several_threads_at_once(local_backend):
+    # Gradings on one grader from four threads: each takes its own driver and sandbox (a prepared
+    # one when it is there), every verdict is right, and closing leaves no sandbox behind.
+    from concurrent.futures import ThreadPoolExecutor
+
+    before = set(leftovers())
+    wrong = "def double(x):\n    return x + 2\n"  # right for 2 only
+    jobs = [(DOUBLE, 1.0), (wrong, 0.0), ("raise SystemExit(0)\n", CRASH_SCORE)] * 8
+    with Grader(local_backend, LIMITS) as grader, ThreadPoolExecutor(4) as pool:
+        scores = list(pool.map(lambda job: grader.grade(job[0], HUMANEVAL_LIKE).score, jobs))
+        assert 1 <= len(grader._drivers.idle) <= 4
+    assert scores == [expected for _, expected in jobs]
+    assert set(leftovers()) <= before
