@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import platform
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,10 @@ Tools:
 Test your code with run_python before you submit."""
 
 
+# Public task sets shipped with their licenses, by the name ``tasks=`` accepts.
+BUNDLED_SETS = {"humaneval": "humaneval/HumanEval.jsonl.gz", "mbpp": "mbpp/mbpp.jsonl.gz", "mbpp-sanitized": "mbpp/sanitized-mbpp.json.gz"}
+
+
 class CodeExecEnv(ToolEnv[CodeExecTask]):
     """agentgym/CodeExec-v0: write, test and submit Python code.
 
@@ -50,7 +55,9 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
     unprivileged user, resource limits; see ``docs/security.md``.
 
     Task sources: the bundled set (310 generated tasks from 69 problem families, split by family
-    into train/val/test) or a HumanEval- or MBPP-format JSONL file (plain or gzipped) passed as
+    into train/val/test); HumanEval (164 tasks) and MBPP (974, or its 427 hand-verified ones), which
+    ship under ``tasks/code_exec/`` with their licenses, as ``tasks="humaneval"``, ``"mbpp"`` or
+    ``"mbpp-sanitized"``; or any HumanEval- or MBPP-format JSONL file (plain or gzipped) passed as
     ``tasks=PATH``.
 
     ## Action Space
@@ -88,8 +95,9 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
 
     ## Arguments
 
-    ``split`` (``train``/``val``/``test``), ``tasks`` (a JSONL/JSONL.gz path in CodeExec, HumanEval
-    or MBPP format, a JSON array file, or a list of task dicts), ``task_ids``, ``max_turns`` (default
+    ``split`` (``train``/``val``/``test``), ``tasks`` (``"humaneval"``, ``"mbpp"``,
+    ``"mbpp-sanitized"``, a JSONL/JSONL.gz path in CodeExec, HumanEval or MBPP format, a JSON array
+    file, or a list of task dicts), ``task_ids``, ``max_turns`` (default
     10), ``max_tool_calls`` per turn (default 8), ``render_mode`` (``"ansi"``), ``backend``
     (``"auto"``, ``"local"`` or ``"docker"``), ``limits`` (:class:`agentgym.sandbox.Limits` of each
     ``run_python`` call; default 10 s of wall-clock and CPU time, 1 GiB of address space, 16 KiB of
@@ -130,6 +138,9 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
     # ------------------------------------------------------------------ episode lifecycle
 
     def load_tasks(self, source: str | Path | Sequence[dict[str, Any]]) -> list[CodeExecTask]:
+        if isinstance(source, str) and source in BUNDLED_SETS:  # a name, not a path (write ./mbpp for a file)
+            with resources.as_file(resources.files("agentgym.tasks") / "code_exec" / BUNDLED_SETS[source]) as path:
+                return super().load_tasks(load_tasks(path))
         return super().load_tasks(load_tasks(source))
 
     def setup_episode(self, task: CodeExecTask) -> list[Message]:

@@ -106,3 +106,13 @@ def test_sanitized_mbpp_json_and_gzipped_or_plain_files_load(tmp_path):
     with gzip.open(packed, "wt") as handle:
         handle.write(plain.read_text())
     assert load_tasks(plain) == load_tasks(packed) == load_tasks(records)
+
+
+@pytest.mark.parametrize(("name", "count", "first"), [("humaneval", 164, "HumanEval/0"), ("mbpp", 974, "Mbpp/1"), ("mbpp-sanitized", 427, "Mbpp/2")])
+def test_bundled_sets_by_name(name, count, first):
+    env = gym.make(ENV_ID, tasks=name)
+    assert len(env.unwrapped.task_ids) == count and env.unwrapped.task_ids[0] == first
+    env.reset(seed=0, options={"task_id": first})
+    record = env.unwrapped.episode_record()
+    assert record["env_kwargs"]["tasks"] == name  # replays by name, not by a path on this machine
+    env.close()
