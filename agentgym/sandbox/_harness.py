@@ -33,6 +33,7 @@ import base64
 import json
 import math
 import os
+import random
 import select
 import socket
 import sys
@@ -296,7 +297,7 @@ class Callee:
             return None
         try:
             reply = well_formed_answer(self.exchange(request))
-        except (OSError, TimeoutError, ValueError):
+        except (OSError, TimeoutError, ValueError, RecursionError):  # RecursionError: JSON nested too deeply
             reply = None
         if reply is None:
             self.stopped = True
@@ -386,6 +387,9 @@ def _compiled(source: str) -> types.CodeType:
 
 def _run_spec(spec: dict[str, Any], ask: Callable[[dict[str, Any]], dict[str, Any] | None]) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "__test__"}
+    # Test code that draws random inputs (HumanEval/50, say) draws the same ones in every grading,
+    # whatever the driver graded before: the same submission gets the same grade.
+    random.seed(0)
 
     def proxy(name: str) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:

@@ -72,12 +72,9 @@ _load_sibling("_harness")
 # could not already pass to another run of the same episode through the shared workspace, and
 # a network namespace costs more to make and destroy than the rest of a run's isolation.
 EPISODE_NAMESPACES = {"net": linux.CLONE_NEWNET, "ipc": linux.CLONE_NEWIPC, "uts": linux.CLONE_NEWUTS}
-# A closed episode's network and UTS namespaces serve a later episode once nothing runs in them:
-# runs can leave nothing behind there (no interface is up, and only the server's user namespace
-# could configure them), so reuse saves making and tearing down a network namespace per episode.
-# IPC namespaces are always new: SysV objects outlive the processes that made them.
-REUSABLE_NAMESPACES = ("net", "uts")
-MAX_IDLE_NAMESPACES = 64
+# They are never reused by a later episode, although that would be cheaper: a network namespace
+# keeps state any run can change and read (its packet counters in /proc/net/snmp, for one), which
+# would carry data from one episode (a graded submission and its hidden test inputs) to the next.
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
@@ -231,7 +228,6 @@ class Server:
         self.runs: dict[str, Run] = {}
         self.by_pidfd: dict[int, str] = {}
         self.workspaces: dict[str, dict[str, Any]] = {}
-        self.idle_namespaces: list[dict[str, int]] = []  # closed episodes' reusable namespaces
 
     def serve(self) -> NoReturn:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -302,18 +298,14 @@ class Server:
         send(self.control, {"ok": True})
 
     def _episode_namespaces(self) -> dict[str, int]:
-        """Network (no interface up), IPC and UTS namespaces for one episode, held by descriptors:
-        a new IPC namespace, and a closed episode's network and UTS namespaces when one is idle."""
-        reused = self.idle_namespaces.pop() if self.idle_namespaces else {}
-        kinds = [kind for kind in EPISODE_NAMESPACES if kind not in reused]
-        linux.unshare(sum(EPISODE_NAMESPACES[kind] for kind in kinds))
+        """New network (no interface up), IPC and UTS namespaces for one episode, held by descriptors."""
+        linux.unshare(sum(EPISODE_NAMESPACES.values()))
         try:
-            if "uts" in kinds:
-                linux.sethostname("sandbox")
-            return reused | {kind: os.open(f"/proc/self/ns/{kind}", os.O_RDONLY) for kind in kinds}
+            linux.sethostname("sandbox")
+            return {kind: os.open(f"/proc/self/ns/{kind}", os.O_RDONLY) for kind in EPISODE_NAMESPACES}
         finally:
-            for kind in kinds:
-                linux.setns(self.own_namespaces[kind], EPISODE_NAMESPACES[kind])
+            for kind, flag in EPISODE_NAMESPACES.items():
+                linux.setns(self.own_namespaces[kind], flag)
 
     def _op_close(self, message: dict[str, Any], fds: list[int]) -> None:
         name = str(message["workspace"])
@@ -328,15 +320,7 @@ class Server:
             path = f"{WORKSPACES}/{name}"
             linux.umount(path, linux.MNT_DETACH)
             os.rmdir(path)
-            # Every run has been reaped, and each was pid 1 of its pid namespace, so no process is
-            # left in these namespaces: the reusable ones can serve another episode.
-            namespaces = workspace["namespaces"]
-            reusable = {kind: namespaces.pop(kind) for kind in REUSABLE_NAMESPACES}
-            if len(self.idle_namespaces) < MAX_IDLE_NAMESPACES:
-                self.idle_namespaces.append(reusable)
-            else:
-                namespaces |= reusable
-            for fd in namespaces.values():
+            for fd in workspace["namespaces"].values():
                 os.close(fd)
             del self.workspaces[name]
 

@@ -225,7 +225,11 @@ class Grader:
     def _begin_drive(self, tests: CheckTests | AssertTests, deadline: float) -> _Driving:
         driving = _Driving(self._drivers.take(), _driver_spec(tests), deadline, time.monotonic())
         if driving.driver.peer is not None:
-            driving.sent = driving.driver.send_spec(driving.spec, deadline)
+            try:
+                driving.sent = driving.driver.send_spec(driving.spec, deadline)
+            except BaseException:
+                self._drivers.give_back(driving.driver, healthy=False)
+                raise
         return driving
 
     def _drive(self, driving: _Driving, submission: _Submission, loaded: bool, total: int) -> tuple[int, int, list[str]]:
@@ -234,7 +238,11 @@ class Grader:
         driver, healthy = driving.driver, False
         try:
             if not loaded:  # nothing to test; a driver holding the specification is told so
-                healthy = not driving.sent or (driver.connect(None, driving.deadline) and driver.verdict(driving.deadline, submission) is not None)
+                if driver.peer is None:
+                    healthy = True  # a relaying driver has not been sent anything yet
+                elif driving.sent and driver.connect(None, driving.deadline):
+                    verdict = driver.verdict(driving.deadline, submission)
+                    healthy = verdict is not None and verdict.get("done") is True
                 return 0, total, []
             direct = driver.peer is not None
             pipes = submission.pipes() if direct else None
@@ -246,8 +254,9 @@ class Grader:
                 driver = driving.driver = self._drivers.take(new=True)
                 direct = driver.peer is not None
                 pipes = submission.pipes() if direct else None
-                if driver.send_spec(driving.spec, driving.deadline) and direct:
-                    driver.connect(pipes, driving.deadline)  # if this fails too, the verdict below is None: a failed grading
+                started = driver.send_spec(driving.spec, driving.deadline) and (not direct or driver.connect(pipes, driving.deadline))
+            if not started:
+                return 0, total, ["the test driver could not start (broken sandbox backend)"]
             if direct:
                 first = driver.verdict(driving.deadline, submission)
             else:
@@ -284,8 +293,8 @@ class _Chores:
 
     def take_spare(self) -> Sandbox | None:
         """The prepared sandbox (waiting for it if it is still being prepared), or None."""
+        self._forget_after_fork()
         with self._lock:
-            self._forget_after_fork()
             spare, self._spare = self._spare, None
         return spare.result() if spare is not None else None
 
@@ -295,9 +304,13 @@ class _Chores:
         def prepare() -> Sandbox | None:
             try:
                 box = Sandbox(backend, limits)
-                box.prepare()
             except SandboxError:
                 return None  # the next grading makes its own sandbox
+            try:
+                box.prepare()
+            except SandboxError:
+                box.close()
+                return None
             return box
 
         spare = self._submit("prepare", prepare)
@@ -323,8 +336,8 @@ class _Chores:
 
     def close(self) -> None:
         """Run the jobs asked for so far, close the prepared sandbox and stop the threads."""
+        self._forget_after_fork()
         with self._lock:
-            self._forget_after_fork()
             lanes, self._lanes = self._lanes, {}
             spare, self._spare = self._spare, None
         if spare is not None:
@@ -339,8 +352,8 @@ class _Chores:
             lane.shutdown(wait=wait)
 
     def _submit(self, lane: str, job: Callable[[], Any]) -> Future[Any] | None:
+        self._forget_after_fork()
         with self._lock:
-            self._forget_after_fork()
             if lane not in self._lanes:
                 self._lanes[lane] = ThreadPoolExecutor(1, thread_name_prefix=f"{_CHORES_THREAD}-{lane}")
             pool = self._lanes[lane]
@@ -350,9 +363,14 @@ class _Chores:
             return None
 
     def _forget_after_fork(self) -> None:
-        # A forked child has none of its parent's threads: their jobs would never run there.
+        # A forked child has none of its parent's threads (their jobs would never run there), and
+        # the parent's spare belongs to the parent's fork server: drop them without closing anything.
+        # The lock may have been held by another thread at fork time, so the child gets a new one.
         if self._pid != os.getpid():
-            self._pid, self._lanes, self._spare = os.getpid(), {}, None
+            self._pid, self._lanes, self._lock = os.getpid(), {}, threading.Lock()
+            spare, self._spare = self._spare, None
+            if spare is not None and spare.done() and (box := spare.result()) is not None:
+                box.abandon()
 
 
 _CHORES_THREAD = "agentgym-grader"
@@ -413,7 +431,7 @@ class _Driver:
             try:
                 return _message(self.process, min(deadline, time.monotonic() + _STDERR_DRAIN_S), patient=False)
             except TimeoutError:
-                submission.process.stderr_so_far()
+                submission.process.stderr_so_far()  # everything in the pipe, so it never stays full
                 if time.monotonic() >= deadline:
                     return None
 
@@ -424,6 +442,12 @@ class _Driver:
         if self.peer is not None:
             self.peer.close()
         self.box.close()
+
+    def abandon(self) -> None:
+        """In a forked child: close this process's copies of the driver's descriptors, nothing more."""
+        if self.peer is not None:
+            self.peer.close()
+        self.box.abandon()
 
 
 @dataclass
@@ -441,7 +465,7 @@ class _Driving:
 # A directly connected driver stops waiting for answers this long before the grading's deadline,
 # and meanwhile the grader drains the submission's standard error this often.
 _DIRECT_MARGIN_S = 0.5
-_STDERR_DRAIN_S = 0.05
+_STDERR_DRAIN_S = 0.005
 
 
 class _Drivers:
@@ -454,8 +478,17 @@ class _Drivers:
         self.limits = dataclasses.replace(limits, wall_time_s=_DRIVER_LIFETIME_S, cpu_time_s=int(_DRIVER_BUSY_SECONDS) + int(limits.cpu_time_s) + 1)
         self.idle: list[_Driver] = []
         self.lock = threading.Lock()
+        self.pid = os.getpid()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: drop the parent's drivers (they serve the parent) without stopping them."""
+        if self.pid != os.getpid():
+            idle, self.idle, self.lock, self.pid = self.idle, [], threading.Lock(), os.getpid()
+            for driver in idle:
+                driver.abandon()
 
     def take(self, *, new: bool = False) -> _Driver:
+        self.forget_after_fork()
         with self.lock:
             driver = None if new or not self.idle else self.idle.pop()
         if driver is not None:
@@ -490,6 +523,7 @@ class _Drivers:
             driver.stop()
 
     def close(self) -> None:
+        self.forget_after_fork()
         with self.lock:
             idle, self.idle = self.idle, []
         for driver in idle:
@@ -604,6 +638,6 @@ def _message(process: SandboxProcess, deadline: float, *, patient: bool = True) 
         return None
     try:
         message = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply
         return None
     return message if isinstance(message, dict) else None

@@ -197,7 +197,7 @@ class LocalBackend(Backend):
                 self._flush_queued()
             finally:
                 self._lock.release()
-            if prepared is not None:
+            if prepared is not None and self._dead is None:  # a dead or abandoned server cannot end it here
                 with contextlib.suppress(SandboxError):
                     prepared[0].wait()  # gone when close returns, as a finished run is
         group = self._groups.pop(workspace, None)
@@ -471,9 +471,14 @@ class LocalProcess(SandboxProcess):
 
     def stderr_so_far(self) -> str:
         # The pumps drain every ready pipe at once, so what the program wrote to standard error
-        # before a line of output was mostly read with it; this takes what is left in the pipe.
+        # before a line of output was mostly read with it; this takes all that is left in the pipe.
         for fd in [fd for fd, capture in self._open.items() if capture is self._err]:
-            self._drain(fd)
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            for _ in range(64):  # at most 4 MiB a call: a program that keeps writing cannot hold it here
+                if fd not in self._open or not poller.poll(0):
+                    break
+                self._drain(fd)
         return self._err.text()
 
     def __del__(self) -> None:

@@ -150,6 +150,11 @@ class Sandbox:
             workspace, self._workspace = self._workspace, None
             self.backend.close_workspace(workspace)
 
+    def abandon(self) -> None:
+        """In a forked child: forget this sandbox without touching it (it belongs to the parent's
+        backend, which the parent still serves)."""
+        self._workspace = None
+
     def __enter__(self) -> Sandbox:
         return self
 

@@ -417,3 +417,47 @@ def test_one_grader_serves_several_threads_at_once(local_backend):
         assert 1 <= len(grader._drivers.idle) <= 4
     assert scores == [expected for _, expected in jobs]
     assert set(leftovers()) <= before
+
+
+def test_a_chatty_honest_submission_is_not_slowed_down(local_backend):
+    # A correct solution that writes megabytes to standard error while being tested passes in about
+    # the time it takes to write them (the grader keeps its pipe drained).
+    chatty = "import sys\ndef double(x):\n    sys.stderr.write('y' * 1_500_000)\n    return 2 * x\n"
+    with Grader(local_backend, LIMITS) as grader:
+        started = time.monotonic()
+        assert grader.grade(chatty, HUMANEVAL_LIKE).score == 1.0
+        assert time.monotonic() - started < 1.5
+
+
+def test_random_test_inputs_are_the_same_in_every_grading(local_backend):
+    # Test code that draws random inputs draws the same ones whatever the driver graded before.
+    draws = CheckTests("def f(x):\n    ...\n", "import random\ndef check(candidate):\n    assert candidate(random.random()) == 0.8444218515250481\n", "f")
+    with Grader(local_backend, LIMITS) as grader:
+        for _ in range(3):
+            assert grader.grade("def f(x):\n    return x\n", draws).score == 1.0
+            assert grader.grade("def f(x):\n    return 0\n", HUMANEVAL_LIKE).score == 0.0  # the driver runs other tests between
+
+
+def test_a_forked_child_grades_with_its_own_sandboxes_and_leaves_the_parents_alone(local_backend):
+    # A process forked from one holding a grader (a worker pool, say) drops the parent's drivers and
+    # prepared sandbox without touching them, grades with sandboxes of its own, and exits promptly.
+    import os
+
+    from agentgym.sandbox.sandbox import _close_shared
+
+    with Grader("local", LIMITS) as grader:
+        assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0  # a driver and a prepared sandbox exist now
+        pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                started = time.monotonic()
+                child_ok = grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0 and grader.grade("def double(x):\n    return 0\n", HUMANEVAL_LIKE).score == 0.0
+                grader.close()
+                status = 0 if child_ok and time.monotonic() - started < 10 else 1
+            finally:
+                _close_shared()  # the child's own fork server, waited for
+                os._exit(status)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert grader.grade(DOUBLE, HUMANEVAL_LIKE).score == 1.0  # the parent's driver still serves
