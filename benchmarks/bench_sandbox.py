@@ -36,16 +36,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import resources
 
 import gymnasium as gym
 
 import agentgym  # noqa: F401 - registers the environments
+from agentgym.envs.code_exec.env import bundled_set
 from agentgym.parsing import format_tool_call
 from agentgym.sandbox import Limits, Sandbox
 
 SNIPPET = "print(1)"
-HUMANEVAL = resources.files("agentgym.tasks") / "code_exec" / "humaneval" / "HumanEval.jsonl.gz"
+HUMANEVAL = bundled_set("humaneval")
 PYTHON = os.path.realpath(sys.executable)
 
 

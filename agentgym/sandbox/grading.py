@@ -145,9 +145,9 @@ class Grader:
     """Grades submissions in sandboxes of ``backend`` under ``limits`` (per sandbox).
 
     Safe to use from several threads. Keeps idle test drivers between gradings, and the next
-    submission's sandbox, prepared while the current one is graded; a background thread prepares
-    that sandbox and ends each graded submission, so neither waits on the grading's path.
-    :meth:`close` (or the end of a ``with`` block, or garbage collection) waits for that thread
+    submission's sandbox, prepared while the current one is graded; background threads prepare
+    that sandbox and end each graded submission, so neither waits on the grading's path.
+    :meth:`close` (or the end of a ``with`` block, or garbage collection) waits for those threads
     and stops the drivers and the prepared sandbox.
     """
 
@@ -244,17 +244,21 @@ class Grader:
                     verdict = driver.verdict(driving.deadline, submission)
                     healthy = verdict is not None and verdict.get("done") is True
                 return 0, total, []
-            direct = driver.peer is not None
-            pipes = submission.pipes() if direct else None
-            started = (driving.sent and driver.connect(pipes, driving.deadline)) if direct else driver.send_spec(driving.spec, driving.deadline)
+
+            def connected(driver: _Driver) -> bool:  # a relaying driver needs no pipes
+                return driver.peer is None or driver.connect(submission.pipes(), driving.deadline)
+
+            # A connected driver has its specification already (unless sending it failed); a relaying
+            # driver gets it now.
+            sent = driving.sent if driver.peer is not None else driver.send_spec(driving.spec, driving.deadline)
+            started = sent and connected(driver)
             if not started and driver.gradings > 0:
                 # A reused driver that died while idle (its backend restarted, say) has asked the
                 # submission nothing yet: the grading goes on with a new one.
                 self._drivers.give_back(driver, healthy=False)
                 driver = driving.driver = self._drivers.take(new=True)
-                direct = driver.peer is not None
-                pipes = submission.pipes() if direct else None
-                started = driver.send_spec(driving.spec, driving.deadline) and (not direct or driver.connect(pipes, driving.deadline))
+                started = driver.send_spec(driving.spec, driving.deadline) and connected(driver)
+            direct = driver.peer is not None
             if not started:
                 return 0, total, ["the test driver could not start (broken sandbox backend)"]
             if direct:

@@ -9,6 +9,7 @@ import dataclasses
 import platform
 from collections.abc import Sequence
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,11 @@ Test your code with run_python before you submit."""
 
 # Public task sets shipped with their licenses, by the name ``tasks=`` accepts.
 BUNDLED_SETS = {"humaneval": "humaneval/HumanEval.jsonl.gz", "mbpp": "mbpp/mbpp.jsonl.gz", "mbpp-sanitized": "mbpp/sanitized-mbpp.json.gz"}
+
+
+def bundled_set(name: str) -> Traversable:
+    """The packaged file of the public task set ``name`` (a key of :data:`BUNDLED_SETS`)."""
+    return resources.files("agentgym.tasks") / "code_exec" / BUNDLED_SETS[name]
 
 
 class CodeExecEnv(ToolEnv[CodeExecTask]):
@@ -139,7 +145,7 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
 
     def load_tasks(self, source: str | Path | Sequence[dict[str, Any]]) -> list[CodeExecTask]:
         if isinstance(source, str) and source in BUNDLED_SETS:  # a name, not a path (write ./mbpp for a file)
-            with resources.as_file(resources.files("agentgym.tasks") / "code_exec" / BUNDLED_SETS[source]) as path:
+            with resources.as_file(bundled_set(source)) as path:
                 return super().load_tasks(load_tasks(path))
         return super().load_tasks(load_tasks(source))
 

@@ -9,21 +9,18 @@ import gzip
 import json
 import random
 from concurrent.futures import ThreadPoolExecutor
-from importlib import resources
 from pathlib import Path
 
 import gymnasium as gym
 import pytest
 
+from agentgym.envs.code_exec.env import bundled_set
 from agentgym.envs.code_exec.loaders import load_tasks
 from agentgym.parsing import format_tool_call
 from agentgym.sandbox import SandboxUnavailable, get_backend
 
 ENV_ID = "agentgym/CodeExec-v0"
-DATA = Path(str(resources.files("agentgym.tasks") / "code_exec"))
-HUMANEVAL = DATA / "humaneval" / "HumanEval.jsonl.gz"
-MBPP = DATA / "mbpp" / "mbpp.jsonl.gz"
-MBPP_SANITIZED = DATA / "mbpp" / "sanitized-mbpp.json.gz"
+HUMANEVAL, MBPP, MBPP_SANITIZED = (Path(str(bundled_set(name))) for name in ("humaneval", "mbpp", "mbpp-sanitized"))
 
 
 @pytest.fixture(scope="module", autouse=True)
