@@ -18,9 +18,10 @@ Read :func:`run_experiment` top to bottom; it is the whole protocol::
         per-template breakdowns, curves of the GRPO phases, example trajectories
 
 The phases run one after another, or ``jobs`` at a time in worker processes (each with the
-machine's cores divided among them), as soon as the phase they start from has finished: on a
-2-core CPU two single-threaded phases do ~1.2x the work of one two-threaded phase, since much of
-a rollout is single-threaded Python.
+machine's cores divided among them), as soon as the phase they start from has finished. On a CPU
+only training phases share the machine (on 2 cores two single-threaded trainings do ~1.3x the
+work of one two-threaded training, since much of a rollout is single-threaded Python); an
+evaluation runs alone with every core, because decoding is limited by memory bandwidth.
 
 Every evaluation plays each evaluation task ``trials`` times with different environment seeds
 (different faults, when the environment has them), greedily, and every arm sees exactly the same
@@ -127,8 +128,9 @@ class ExperimentConfig:
         ablations: arms that rerun the GRPO phase with some training options changed, by name
             (e.g. ``{"env_tokens_in_loss": {"grpo": {"train_on_env_tokens": true}}}``; not ``base``,
             ``sft`` or ``grpo``, the names of the other arms).
-        jobs: phases that run at once, each in its own process with ``cores // jobs`` threads.
-            Part of the protocol: the thread count can change float rounding, hence samples.
+        jobs: phases that run at once, each in its own process with ``cores // jobs`` threads
+            (on a CPU: training phases; an evaluation runs alone with every core). Part of the
+            protocol: the thread count can change float rounding, hence samples.
     """
 
     env_id: str
@@ -257,26 +259,25 @@ def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo:
     from agentgym.trainers.modeling import TrainerError
 
     register_envs()
-    threads = max(1, torch.get_num_threads() // config.jobs)
+    cores = torch.get_num_threads()
+    on_cpu = config_from_dict({**config.training, "env_id": config.env_id}).device == "cpu"
     pending = {p.name for p in todo}
     running: dict[Any, _Phase] = {}
     # Spawned workers start clean (no inherited thread pools); they get the environment's
     # registration, which may come from a module the worker has not imported. A new worker per
     # phase: the memory a phase held goes back to the system, not to the next phase's process.
     pool = ProcessPoolExecutor(
-        config.jobs,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_worker_init,
-        initargs=(threads, gym.spec(config.env_id)),
-        max_tasks_per_child=1,
+        config.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init, initargs=(gym.spec(config.env_id),), max_tasks_per_child=1
     )
     try:
         while todo or running:
             ready = [p for p in todo if p.after not in pending]
-            for phase in sorted(ready, key=lambda p: p.kind == "eval")[: config.jobs - len(running)]:
+            for phase in _startable(ready, list(running.values()), config.jobs, on_cpu=on_cpu):
                 todo.remove(phase)
+                # On a CPU an evaluation runs alone (see _startable) and takes every core.
+                threads = cores if on_cpu and phase.kind == "eval" else max(1, cores // config.jobs)
                 log(f"started {phase.name} ({threads} thread{'s' * (threads > 1)})")
-                running[pool.submit(_run_phase, config, tasks, phase, _worker_log)] = phase
+                running[pool.submit(_run_phase_in_worker, threads, config, tasks, phase)] = phase
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
                 phase = running.pop(future)
@@ -296,13 +297,38 @@ def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo:
     pool.shutdown(wait=True)
 
 
-def _worker_init(threads: int, spec: Any) -> None:
+def _startable(ready: Sequence[_Phase], running: Sequence[_Phase], jobs: int, *, on_cpu: bool) -> list[_Phase]:
+    """The ready phases to start now, training phases first (they start the longest chains).
+
+    On a CPU, training phases run ``jobs`` at a time and an evaluation runs alone: decoding is
+    limited by memory bandwidth, which processes share, so an evaluation beside another phase
+    ran about 2.5x slower than alone (and shared the key/value budget), while two training
+    phases together do about 1.3x the work of one alone. An accelerator runs any ``jobs`` phases
+    at once.
+    """
+    ordered = sorted(ready, key=lambda p: p.kind == "eval")
+    if not on_cpu:
+        return ordered[: jobs - len(running)]
+    if any(p.kind == "eval" for p in running):
+        return []
+    trainings = [p for p in ordered if p.kind == "train"]
+    if trainings:
+        return trainings[: jobs - len(running)]
+    return ordered[:1] if ordered and not running else []
+
+
+def _worker_init(spec: Any) -> None:
     import gymnasium as gym
+
+    if spec.id not in gym.registry:
+        gym.registry[spec.id] = spec
+
+
+def _run_phase_in_worker(threads: int, config: ExperimentConfig, tasks: dict[str, list[str]], phase: _Phase) -> float:
     import torch
 
     torch.set_num_threads(threads)
-    if spec.id not in gym.registry:
-        gym.registry[spec.id] = spec
+    return _run_phase(config, tasks, phase, _worker_log)
 
 
 def _worker_log(line: str) -> None:
@@ -441,7 +467,7 @@ def _evaluate(
     log(f"evaluating {arm}" + (f" seed {seed}" if seed is not None else ""))
     training = config_from_dict({**config.training, "env_id": config.env_id})
     policy, tokenizer = load_model(str(model) if model is not None else config.model, device=training.device)
-    backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""), max_cache_gib=_cache_gib(config, training.device))
+    backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""))
     ev, r = config.evaluation, training.rollout
     records = []
     for split, task_ids in _split_ids(tasks).items():
@@ -466,18 +492,6 @@ def _evaluate(
             records.append(_eval_record(episode, arm=arm, seed=seed, trial=episode.member, split=split))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(path, records)
-
-
-def _cache_gib(config: ExperimentConfig, device: str) -> float | None:
-    """Phases that run at once share the machine's memory: on CPU each evaluation gets its share of
-    the key/value budget an evaluation has alone (a quarter of the memory); None: that default."""
-    if config.jobs == 1 or device != "cpu":
-        return None
-    import torch
-
-    from agentgym.models.hf import default_cache_bytes
-
-    return default_cache_bytes(torch.device("cpu")) / 2**30 / config.jobs
 
 
 def _eval_record(episode: Any, *, arm: str, seed: int | None, trial: int, split: str) -> dict[str, Any]:

@@ -7,10 +7,10 @@ belong to token ``input_ids[b, i]``, predicted by the logits at position ``i - 1
 Shared prefix: the trajectories of a GRPO group start with the same prompt, and in most
 environments every task starts with the same system prompt and tool list, which is usually most
 of the sequence. :func:`token_logprobs` runs the tokens that every row of a micro-batch shares
-once (batch size 1), repeats the resulting key/value cache across the rows and runs only the
-rest per row. The result and its gradient are those of the plain forward pass, up to float
-rounding: the cache tensors stay in the autograd graph, so the gradient flowing into the shared
-positions is summed over the rows exactly as the plain pass would sum it.
+once (batch size 1), then runs each row's own tokens alone on top of the resulting key/value
+cache. The result and its gradient are those of the plain forward pass, up to float rounding:
+the cache tensors stay in the autograd graph, so the gradient flowing into the shared positions
+is summed over the rows exactly as the plain pass would sum it.
 """
 
 from __future__ import annotations
@@ -261,10 +261,16 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 def _selected_logits(
     model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, prefix: int, row: torch.Tensor, position: torch.Tensor
 ) -> torch.Tensor:
-    """The logits at ``(row, position)`` pairs, ``[N, V]``; the first ``prefix`` tokens run once for all rows.
+    """The logits at ``(row, position)`` pairs (sorted by row, then position), ``[N, V]``.
 
-    Where the output layer is a plain linear map, it runs on the selected hidden states only
-    (rows of a batch need logits at different positions, and the vocabulary is wide).
+    The first ``prefix`` tokens run once for all rows; then each row runs alone, from the end of
+    the prefix to its last needed position. Running rows one at a time costs nothing in
+    efficiency at agent sequence lengths (hundreds of tokens per row keep the matrix products
+    full) and spends no work on padding: a padded batch runs every row to the longest row's
+    length, and its attention reads the padded positions too (a GRPO group's continuations vary
+    by 2-3x in length, so about half of that work was padding). Rows without loss tokens do not
+    run at all. Where the output layer is a plain linear map, it runs on the selected hidden
+    states only (the vocabulary is wide).
     """
     config = getattr(model, "config", None)
     # transformers' methods (a peft model forwards them), which torch's annotation of Module attributes does not cover.
@@ -272,22 +278,42 @@ def _selected_logits(
     get_output_embeddings: Any = getattr(model, "get_output_embeddings", None)
     split = get_decoder is not None and get_output_embeddings is not None and not any(getattr(config, name, None) for name in _LOGIT_TRANSFORMS)
     network = get_decoder() if split else model
-    extra: dict[str, Any] = {}
-    if not split:  # the union over rows of the positions some row needs
-        keep = torch.unique(position)
-        extra["logits_to_keep"] = keep - prefix
+    keyword = cache_keyword(model)
+    prefix_states: list[tuple[torch.Tensor, torch.Tensor]] = []
     if prefix:
-        keyword = cache_keyword(model)
         shared = network(input_ids=ids[:1, :prefix], use_cache=True, **({} if split else {"logits_to_keep": 1}))
-        cache = getattr(shared, keyword)
-        cache.batch_repeat_interleave(ids.shape[0])
-        positions = torch.arange(prefix, ids.shape[1], device=ids.device).expand(ids.shape[0], -1)
-        out = network(input_ids=ids[:, prefix:], attention_mask=attention, position_ids=positions, use_cache=True, **{keyword: cache}, **extra)
-    else:
-        out = network(input_ids=ids, attention_mask=attention, use_cache=False, **extra)
-    if split:
-        return get_output_embeddings()(out.last_hidden_state[row, position - prefix])
-    return out.logits[row, torch.searchsorted(keep, position)]
+        prefix_states = _cache_tensors(getattr(shared, keyword))
+    outputs = []
+    for r in torch.unique_consecutive(row).tolist():
+        needed = position[row == r] - prefix  # the row's positions whose logits are needed, after the prefix
+        end = prefix + int(needed[-1]) + 1
+        inputs: dict[str, Any] = {"input_ids": ids[r : r + 1, prefix:end], "attention_mask": attention[r : r + 1, :end]}
+        if prefix:
+            # A cache object per row over the same prefix tensors: appending the row's keys and
+            # values makes new tensors, so the prefix is shared and its gradient sums over rows.
+            inputs |= {"position_ids": torch.arange(prefix, end, device=ids.device)[None], "use_cache": True, keyword: _cache_from(prefix_states)}
+        else:
+            inputs["use_cache"] = False
+        if split:
+            outputs.append(network(**inputs).last_hidden_state[0, needed])
+        else:
+            outputs.append(network(**inputs, logits_to_keep=needed).logits[0])
+    selected = torch.cat(outputs)
+    return get_output_embeddings()(selected) if split else selected
+
+
+def _cache_tensors(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Each layer's (keys, values) of a transformers cache (its ``layers`` since 4.56's rewrite)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        return [(layer.keys, layer.values) for layer in layers]
+    return list(zip(cache.key_cache, cache.value_cache, strict=True))
+
+
+def _cache_from(states: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(ddp_cache_data=states)
 
 
 class Reference:

@@ -18,7 +18,16 @@ from processes import alive, children_of, cmdline
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollout import read_jsonl
 from agentgym.trainers.config import ConfigError
-from agentgym.trainers.experiment import EvaluationSection, ExperimentConfig, TaskPick, load_experiment, run_experiment, summarize_experiment
+from agentgym.trainers.experiment import (
+    EvaluationSection,
+    ExperimentConfig,
+    TaskPick,
+    _Phase,
+    _startable,
+    load_experiment,
+    run_experiment,
+    summarize_experiment,
+)
 
 QUIET = {"progress": False, "tensorboard": False, "plots": False}
 
@@ -272,3 +281,17 @@ def test_the_shipped_experiment_configs_load(name) -> None:
     assert len(config.seeds) >= 3 and config.evaluation.trials >= 2 and config.ablations
     assert config.training["sft"]["env_kwargs"] == {"fault_rate": 0.0}  # demonstrations without faults
     assert config.evaluation.env_kwargs == config.training["rollout"]["env_kwargs"]  # GRPO sees what evaluation sees
+
+
+def test_on_a_cpu_trainings_share_the_machine_and_an_evaluation_runs_alone() -> None:
+    sft0, sft1 = _Phase("sft", 0, "train"), _Phase("sft", 1, "train")
+    base, sft0_eval = _Phase("base", None, "eval"), _Phase("sft", 0, "eval", after="sft/seed-0/train")
+    # Trainings first, two at a time; an evaluation waits while anything runs...
+    assert _startable([base, sft0, sft1], [], 2, on_cpu=True) == [sft0, sft1]
+    assert _startable([base, sft1], [sft0], 2, on_cpu=True) == [sft1]
+    assert _startable([base, sft0_eval], [sft1], 2, on_cpu=True) == []
+    # ...then runs alone, and nothing starts beside it.
+    assert _startable([base, sft0_eval], [], 2, on_cpu=True) == [base]
+    assert _startable([sft0_eval, sft1], [base], 2, on_cpu=True) == []
+    # An accelerator runs any phases together, trainings first.
+    assert _startable([base, sft0_eval, sft1], [sft0], 3, on_cpu=False) == [sft1, base]
