@@ -256,11 +256,12 @@ def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo:
     import torch
 
     from agentgym.envs import register_envs
+    from agentgym.models.loading import resolve_device
     from agentgym.trainers.modeling import TrainerError
 
     register_envs()
     cores = torch.get_num_threads()
-    on_cpu = config_from_dict({**config.training, "env_id": config.env_id}).device == "cpu"
+    on_cpu = resolve_device(config_from_dict({**config.training, "env_id": config.env_id}).device) == "cpu"
     pending = {p.name for p in todo}
     running: dict[Any, _Phase] = {}
     # Spawned workers start clean (no inherited thread pools); they get the environment's
