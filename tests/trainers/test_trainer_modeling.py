@@ -122,6 +122,29 @@ def test_batch_without_loss_tokens_gives_zeros(model) -> None:
     assert not logprobs.any() and not entropy.any()
 
 
+def test_a_row_without_loss_tokens_is_skipped_and_the_others_are_unchanged(model) -> None:
+    # Rows run one at a time after the shared prefix; a row with nothing to learn from (a
+    # truncated trajectory, masked) runs not at all, and the gradient is the plain one.
+    batch = grouped_batch()
+    mask = batch.loss_mask.clone()
+    mask[1] = False
+    partial = TensorBatch(batch.input_ids, batch.attention_mask, mask, batch.logprobs)
+    expected = plain_reference(model, partial)
+    grads = []
+    for share in (True, False):
+        model.zero_grad()
+        got, _ = token_logprobs(model, partial, share_prefix=share)
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=0)
+        assert not got[1].any()
+        got.sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    model.zero_grad()
+    plain_reference(model, partial).sum().backward()
+    for shared, unshared, plain in zip(*grads, [p.grad for p in model.parameters()], strict=True):
+        torch.testing.assert_close(shared, plain, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(unshared, plain, atol=1e-5, rtol=1e-4)
+
+
 def test_reference_is_a_frozen_snapshot(model) -> None:
     batch = grouped_batch()
     reference = Reference(model)
