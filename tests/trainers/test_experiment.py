@@ -108,12 +108,12 @@ def test_summary_numbers_come_from_the_written_episodes(finished) -> None:
     delta = summary["delta_grpo_minus_sft"]
     assert delta["mean"] == pytest.approx(sum(diffs) / len(diffs)) and delta["n_pairs"] == len(diffs)
     assert delta["ci"][0] <= delta["mean"] <= delta["ci"][1]
-    # Every arm saw the same (task, environment seed) pairs.
     # A finished training phase keeps its model and report, not the trainer's resume state.
     for arm in ("sft", "grpo"):
         run = out / arm / "seed-0" / "run"
         assert (run / "model").is_dir() and (run / "report.md").is_file()
         assert not (run / "checkpoints").exists() and not (run / "sft_model").exists()
+    # Every arm saw the same (task, environment seed) pairs.
     pairs = {arm: sorted((r["task_id"], r["env_seed"]) for r in read_jsonl(out / arm / "seed-0" / "eval.jsonl")) for arm in ("sft", "grpo")}
     assert pairs["sft"] == pairs["grpo"] == sorted((r["task_id"], r["env_seed"]) for r in read_jsonl(out / "base" / "eval.jsonl"))
 
@@ -277,7 +277,7 @@ def test_the_command_prints_the_results_and_reports_bad_input(finished, tmp_path
     assert "no experiment to summarise" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["learning_cpu.yaml", "learning_gpu.yaml"])
+@pytest.mark.parametrize("name", ["learning_cpu.yaml", "learning_gpu.yaml", "learning_gpu_135m.yaml"])
 def test_the_shipped_experiment_configs_load(name) -> None:
     from pathlib import Path
 
