@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Callable
-from typing import Any, ClassVar, TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class KnowledgeEnv(ToolEnv[KnowledgeTaskT]):
             ``max_turns``, ``max_tool_calls``, ``render_mode``).
     """
 
-    intro: ClassVar[str] = ""
+    intro: str = ""  # the system message's opening; a subclass may extend it per instance (SQL-v0's schema)
 
     def __init__(self, *, tool_cache: CacheSetting = "instance", fault_rate: float = 0.0, **kwargs: Any):
         if not 0 <= fault_rate < 1:

@@ -27,12 +27,18 @@ LAST_YEAR = 2023  # the world's "present": no fact is dated after it
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: name, SQLite type and the description shown to the agent."""
+    """A table column: name, SQLite type and the description shown to the agent; ``note`` is what the
+    compact schema keeps of the description, for columns whose name alone leaves the values unclear."""
 
     name: str
     type: str
     description: str
+    note: str = ""
 
+
+_OCCUPATION_NOTE = "director, novelist, musician, entrepreneur, scientist, architect or economist"
+_WORK_KIND_NOTE = "'film', 'novel' or 'album'"
+_INDUSTRY_NOTE = "e.g. 'film studio', 'publishing', 'record label', 'mining'"
 
 TABLES: dict[str, tuple[Column, ...]] = {
     "countries": (
@@ -41,7 +47,7 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("capital_city_id", "INTEGER", "the capital (cities.id)"),
         Column("population", "INTEGER", "total population, cities and countryside"),
         Column("area_km2", "INTEGER", "land area in square kilometres"),
-        Column("founded_year", "INTEGER", "year of independence"),
+        Column("founded_year", "INTEGER", "year of independence", note="year of independence"),
         Column("currency", "TEXT", "name of the currency"),
     ),
     "cities": (
@@ -65,34 +71,36 @@ TABLES: dict[str, tuple[Column, ...]] = {
         Column("name", "TEXT", "full name"),
         Column("birth_year", "INTEGER", "year of birth"),
         Column("birth_city_id", "INTEGER", "city of birth (cities.id)"),
-        Column("occupation", "TEXT", "director, novelist, musician, entrepreneur, scientist, architect or economist"),
-        Column("university_id", "INTEGER", "university attended (universities.id), NULL if none"),
+        Column("occupation", "TEXT", _OCCUPATION_NOTE, note=_OCCUPATION_NOTE),
+        Column("university_id", "INTEGER", "university attended (universities.id), NULL if none", note="NULL if none"),
     ),
     "companies": (
         Column("id", "INTEGER", "primary key"),
         Column("name", "TEXT", "company name"),
-        Column("industry", "TEXT", "industry, e.g. 'film studio', 'publishing', 'record label', 'mining'"),
+        Column("industry", "TEXT", "industry, " + _INDUSTRY_NOTE, note=_INDUSTRY_NOTE),
         Column("founded_year", "INTEGER", "year founded"),
         Column("hq_city_id", "INTEGER", "city of the headquarters (cities.id)"),
         Column("founder_id", "INTEGER", "founder (people.id)"),
         Column("ceo_id", "INTEGER", "current chief executive (people.id)"),
-        Column("revenue_musd", "REAL", "annual revenue in millions of US dollars"),
+        Column("revenue_musd", "REAL", "annual revenue in millions of US dollars", note="millions of US dollars"),
         Column("employees", "INTEGER", "number of employees"),
     ),
     "works": (
         Column("id", "INTEGER", "primary key"),
         Column("title", "TEXT", "title of the work"),
-        Column("kind", "TEXT", "'film', 'novel' or 'album'"),
+        Column("kind", "TEXT", _WORK_KIND_NOTE, note=_WORK_KIND_NOTE),
         Column("genre", "TEXT", "genre"),
         Column("year", "INTEGER", "year of release or publication"),
-        Column("creator_id", "INTEGER", "director, author or recording artist (people.id)"),
+        Column("creator_id", "INTEGER", "director, author or recording artist (people.id)", note="director, author or recording artist"),
         Column("publisher_id", "INTEGER", "studio, publisher or record label (companies.id)"),
-        Column("length", "INTEGER", "runtime in minutes (film), pages (novel) or number of tracks (album)"),
+        Column(
+            "length", "INTEGER", "runtime in minutes (film), pages (novel) or number of tracks (album)", note="minutes (film), pages (novel) or tracks (album)"
+        ),
     ),
     "awards": (
         Column("id", "INTEGER", "primary key"),
         Column("name", "TEXT", "award name"),
-        Column("kind", "TEXT", "kind of work it honours: 'film', 'novel' or 'album'"),
+        Column("kind", "TEXT", "kind of work it honours: " + _WORK_KIND_NOTE, note=_WORK_KIND_NOTE),
         Column("country_id", "INTEGER", "country that presents it (countries.id)"),
         Column("established_year", "INTEGER", "year of the first ceremony"),
     ),
@@ -115,7 +123,7 @@ FOREIGN_KEYS: dict[str, tuple[tuple[str, str], ...]] = {
 }
 
 # kind -> (creator occupation, publisher industry, company-name suffixes, genres, length range)
-WORK_KINDS: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[int, int]]] = {
+_WORK_KINDS: dict[str, tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[int, int]]] = {
     "film": (
         "director",
         "film studio",
@@ -141,7 +149,7 @@ OTHER_INDUSTRIES: dict[str, tuple[str, ...]] = {
     "textiles": ("Textiles", "Mills"),
     "energy": ("Energy", "Power"),
 }
-OCCUPATIONS = ("director", "novelist", "musician", "entrepreneur", "scientist", "architect", "economist")
+_OCCUPATIONS = ("director", "novelist", "musician", "entrepreneur", "scientist", "architect", "economist")
 AWARD_TEMPLATES: dict[str, tuple[str, ...]] = {
     "film": ("Golden {word} Award", "{word} Film Prize", "{word} Screen Medal"),
     "novel": ("{word} Prize for Fiction", "{word} Literary Award", "{word} Book Medal"),
@@ -257,7 +265,7 @@ def _people(rng: random.Random, forge: NameForge, cities: list[dict[str, Any]], 
                 "name": forge.person(),
                 "birth_year": rng.randrange(1890, 1996),
                 "birth_city_id": rng.choice(cities)["id"],
-                "occupation": OCCUPATIONS[(person_id - 1) % len(OCCUPATIONS)],
+                "occupation": _OCCUPATIONS[(person_id - 1) % len(_OCCUPATIONS)],
                 "university_id": rng.choice(universities)["id"] if rng.random() < 0.85 else None,
             }
         )
@@ -265,13 +273,13 @@ def _people(rng: random.Random, forge: NameForge, cities: list[dict[str, Any]], 
 
 
 def _companies(rng: random.Random, forge: NameForge, cities: list[dict[str, Any]], people: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    industries = [(spec[1], spec[2]) for spec in WORK_KINDS.values()] + list(OTHER_INDUSTRIES.items())
+    industries = [(spec[1], spec[2]) for spec in _WORK_KINDS.values()] + list(OTHER_INDUSTRIES.items())
     leaders = [p for p in people if p["occupation"] in ("entrepreneur", "economist", "scientist")]
     rows = []
     for company_id in range(1, N_COMPANIES + 1):
         # the creative industries come first and twice as often: works need publishers
         half = (company_id - 1) // 2
-        industry, suffixes = industries[half % len(industries)] if company_id % 2 else industries[half % len(WORK_KINDS)]
+        industry, suffixes = industries[half % len(industries)] if company_id % 2 else industries[half % len(_WORK_KINDS)]
         founder = rng.choice(leaders)
         ceo = rng.choice([p for p in leaders if p["id"] != founder["id"]])
         rows.append(
@@ -291,12 +299,12 @@ def _companies(rng: random.Random, forge: NameForge, cities: list[dict[str, Any]
 
 
 def _works(rng: random.Random, forge: NameForge, people: list[dict[str, Any]], companies: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    kinds = list(WORK_KINDS)
-    creators = {kind: [p for p in people if p["occupation"] == spec[0] and p["birth_year"] + 20 < LAST_YEAR] for kind, spec in WORK_KINDS.items()}
+    kinds = list(_WORK_KINDS)
+    creators = {kind: [p for p in people if p["occupation"] == spec[0] and p["birth_year"] + 20 < LAST_YEAR] for kind, spec in _WORK_KINDS.items()}
     rows = []
     for work_id in range(1, N_WORKS + 1):
         kind = kinds[(work_id - 1) % len(kinds)]
-        _, industry, _, genres, (low, high) = WORK_KINDS[kind]
+        _, industry, _, genres, (low, high) = _WORK_KINDS[kind]
         first_publisher = min(c["founded_year"] for c in companies if c["industry"] == industry)
         while True:  # a creator active before any publisher of the kind existed is redrawn
             creator = rng.choice(creators[kind])

@@ -274,3 +274,34 @@ def test_the_cache_is_bounded_in_bytes():
     assert cache.call("ns", "tool", {"i": 0}, lambda: "recomputed") == (True, "recomputed", False)
     assert cache.call("ns", "tool", {"big": 1}, lambda: "y" * 20_000) == (True, "y" * 20_000, False)  # returned, not kept
     assert cache.call("ns", "tool", {"big": 1}, lambda: "again")[1] == "again" and cache.size <= 10_000
+
+
+def test_the_compact_schema_names_every_column_and_key_in_fewer_words():
+    from agentgym.envs.knowledge.sql_env import schema_text
+    from agentgym.envs.knowledge.world import FOREIGN_KEYS, TABLES
+
+    compact = schema_text("compact")
+    lines = dict(line.split("(", 1) for line in compact.splitlines())
+    assert list(lines) == list(TABLES)
+    for table, columns in TABLES.items():
+        for column in columns:
+            assert column.name in lines[table]
+    for table, pairs in FOREIGN_KEYS.items():
+        for column, other in pairs:
+            assert f"{column} -> {other}.id" in lines[table]
+    assert "architect" in lines["people"] and "'album'" in lines["works"]  # values a name does not tell
+    assert len(compact.split()) < len(schema_text("full").split()) / 2
+    with pytest.raises(ValueError, match="schema must be"):
+        SQLEnv(schema="short")
+
+
+def test_the_schema_style_changes_only_the_system_message():
+    full, compact = SQLEnv(split="val"), SQLEnv(split="val", schema="compact")
+    (full_obs, _), (compact_obs, _) = full.reset(seed=3), compact.reset(seed=3)
+    assert "TABLE companies" not in compact_obs[0]["content"] and "companies(id, name" in compact_obs[0]["content"]
+    assert full_obs[0]["content"] != compact_obs[0]["content"] and full_obs[1] == compact_obs[1]
+    assert compact_obs[0]["content"].endswith(full_obs[0]["content"].split("\n\n")[-1])  # the same answer rules
+    query = format_tool_call("sql", {"query": compact.task["solution"]["sql"]})
+    assert full.step(query)[0] == compact.step(query)[0]
+    full.close()
+    compact.close()
