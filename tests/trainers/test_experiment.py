@@ -284,7 +284,8 @@ def test_the_shipped_experiment_configs_load(name) -> None:
     path = Path(__file__).resolve().parents[2] / "trainers" / "configs" / "experiments" / name
     config = load_experiment(path)
     assert len(config.seeds) >= 3 and config.evaluation.trials >= 2 and config.ablations
-    assert config.training["sft"]["env_kwargs"] == {"fault_rate": 0.0}  # demonstrations without faults
+    # Demonstrations without faults, otherwise shown as evaluation shows the tasks (the same schema, say).
+    assert config.training["sft"]["env_kwargs"] == {**config.evaluation.env_kwargs, "fault_rate": 0.0}
     assert config.evaluation.env_kwargs == config.training["rollout"]["env_kwargs"]  # GRPO sees what evaluation sees
 
 
