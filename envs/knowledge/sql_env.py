@@ -27,24 +27,32 @@ def schema_text(style: SchemaStyle = "full") -> str:
     :attr:`~agentgym.envs.knowledge.world.Column.note` beside its name; about 40 % of the full text's
     tokens, for small models whose training cost grows with the prompt.
     """
+    if style == "full":
+        return _full_schema()
     if style == "compact":
-        references = {(table, column): other for table, pairs in FOREIGN_KEYS.items() for column, other in pairs}
-        lines = []
-        for table, columns in TABLES.items():
-            described = []
-            for c in columns:
-                other = references.get((table, c.name))
-                described.append(c.name + (f" -> {other}.id" if other else "") + (f" ({c.note})" if c.note else ""))
-            lines.append(f"{table}({', '.join(described)})")
-        return "\n".join(lines)
-    if style != "full":
-        raise ValueError(f"schema must be 'full' or 'compact'; got {style!r}")
+        return _compact_schema()
+    raise ValueError(f"schema must be 'full' or 'compact'; got {style!r}")
+
+
+def _full_schema() -> str:
     blocks = []
     for table, columns in TABLES.items():
         lines = [f"TABLE {table}"] + [f"  {c.name} {c.type} -- {c.description}" for c in columns]
         blocks.append("\n".join(lines))
     keys = [f"{table}.{column} -> {other}.id" for table, pairs in FOREIGN_KEYS.items() for column, other in pairs]
     return "\n\n".join(blocks) + "\n\nFOREIGN KEYS\n" + "\n".join(f"  {k}" for k in keys)
+
+
+def _compact_schema() -> str:
+    references = {(table, column): other for table, pairs in FOREIGN_KEYS.items() for column, other in pairs}
+    lines = []
+    for table, columns in TABLES.items():
+        described = []
+        for c in columns:
+            other = references.get((table, c.name))
+            described.append(c.name + (f" -> {other}.id" if other else "") + (f" ({c.note})" if c.note else ""))
+        lines.append(f"{table}({', '.join(described)})")
+    return "\n".join(lines)
 
 
 class SQLEnv(KnowledgeEnv[SQLTask]):
