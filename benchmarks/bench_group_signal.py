@@ -1,0 +1,87 @@
+"""How much learning signal GRPO's rollouts carry, per sampling temperature, before any training.
+
+GRPO learns only from groups whose rewards differ: a group that all fails or all succeeds has zero
+advantages. This plays the GRPO training tasks of a learning experiment with a model (typically the
+experiment's SFT model) as the experiment's rollouts do (group size, turns, token budget,
+environment options), once per temperature in the same run, and prints for each: the share of
+training episodes that succeed (Wilson 95 % interval), the groups with reward variance, the
+episodes with a malformed tool call, and the wall time. It reads training tasks only, so a
+temperature chosen with it has not seen an evaluation episode.
+
+    python benchmarks/bench_group_signal.py --model runs/learning/sft/seed-0/run/model \\
+        [--experiment trainers/configs/experiments/learning_cpu.yaml] [--tasks runs/learning/tasks.json] \\
+        [--groups 16] [--temperatures 1.0,0.7,0.5] [--threads 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from agentgym.evaluation import wilson_interval
+from agentgym.rollout import final_info
+from agentgym.trainers.experiment import load_experiment
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="the model to sample from (e.g. an experiment's SFT model)")
+    parser.add_argument("--experiment", default="trainers/configs/experiments/learning_cpu.yaml")
+    parser.add_argument("--tasks", default="runs/learning/tasks.json", help="the experiment's tasks.json (its grpo tasks are played)")
+    parser.add_argument("--groups", type=int, default=16, help="GRPO tasks to play, one group each")
+    parser.add_argument("--temperatures", default="1.0,0.7,0.5")
+    parser.add_argument("--seed", type=int, default=1000, help="rollout seed (another than the experiment's steps use)")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    import torch
+
+    from agentgym.models import load_model
+    from agentgym.models.hf import HFBackend
+    from agentgym.runner import RolloutConfig, RolloutRunner
+
+    torch.set_num_threads(args.threads)
+    experiment = load_experiment(args.experiment)
+    rollout = experiment.training.get("rollout", {})
+    entries = json.loads(Path(args.tasks).read_text(encoding="utf-8"))["grpo"][: args.groups]
+    splits = sorted({entry.split(":", 1)[0] for entry in entries})
+    if len(splits) != 1:
+        raise SystemExit(f"the GRPO tasks must come from one split; got {splits}")
+    model, tokenizer = load_model(args.model, device="cpu")
+    runner = RolloutRunner(HFBackend(model, tokenizer))
+    print(f"{len(entries)} GRPO training tasks x {rollout.get('group_size', 8)} episodes, model {args.model}")
+    for temperature in (float(t) for t in args.temperatures.split(",")):
+        started = time.perf_counter()
+        episodes = runner.run(
+            RolloutConfig(
+                experiment.env_id,
+                split=splits[0],
+                task_ids=[entry.split(":", 1)[1] for entry in entries],
+                group_size=rollout.get("group_size", 8),
+                seed=args.seed,
+                max_turns=rollout.get("max_turns"),
+                max_new_tokens=rollout.get("max_new_tokens", 256),
+                temperature=temperature,
+                distinct_env_seeds=rollout.get("distinct_env_seeds", False),
+                env_kwargs=rollout.get("env_kwargs", {}),
+            )
+        )
+        rewards: dict[int, set[float]] = {}
+        for episode in episodes:
+            rewards.setdefault(episode.group, set()).add(round(episode.reward, 6))
+        wins = sum(bool(e.record["success"]) for e in episodes)
+        low, high = wilson_interval(wins, len(episodes))
+        malformed = sum(int(final_info(e.record).get("format_errors", 0)) > 0 for e in episodes)
+        informative = sum(len(values) > 1 for values in rewards.values())
+        print(
+            f"temperature {temperature:g}: success {wins}/{len(episodes)} = {wins / len(episodes):.3f} [{low:.3f}, {high:.3f}]; "
+            f"groups with reward variance {informative}/{len(rewards)}; episodes with a malformed call {malformed}; "
+            f"{time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
