@@ -22,6 +22,7 @@ from pathlib import Path
 
 from agentgym.evaluation import wilson_interval
 from agentgym.rollout import final_info
+from agentgym.trainers.config import config_from_dict
 from agentgym.trainers.experiment import load_experiment
 
 
@@ -44,14 +45,14 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     experiment = load_experiment(args.experiment)
-    rollout = experiment.training.get("rollout", {})
+    rollout = config_from_dict({**experiment.training, "env_id": experiment.env_id}).rollout  # the trainer's defaults filled in
     entries = json.loads(Path(args.tasks).read_text(encoding="utf-8"))["grpo"][: args.groups]
     splits = sorted({entry.split(":", 1)[0] for entry in entries})
     if len(splits) != 1:
         raise SystemExit(f"the GRPO tasks must come from one split; got {splits}")
     model, tokenizer = load_model(args.model, device="cpu")
     runner = RolloutRunner(HFBackend(model, tokenizer))
-    print(f"{len(entries)} GRPO training tasks x {rollout.get('group_size', 8)} episodes, model {args.model}")
+    print(f"{len(entries)} GRPO training tasks x {rollout.group_size} episodes, model {args.model}")
     for temperature in (float(t) for t in args.temperatures.split(",")):
         started = time.perf_counter()
         episodes = runner.run(
@@ -59,13 +60,13 @@ def main() -> None:
                 experiment.env_id,
                 split=splits[0],
                 task_ids=[entry.split(":", 1)[1] for entry in entries],
-                group_size=rollout.get("group_size", 8),
+                group_size=rollout.group_size,
                 seed=args.seed,
-                max_turns=rollout.get("max_turns"),
-                max_new_tokens=rollout.get("max_new_tokens", 256),
+                max_turns=rollout.max_turns,
+                max_new_tokens=rollout.max_new_tokens,
                 temperature=temperature,
-                distinct_env_seeds=rollout.get("distinct_env_seeds", False),
-                env_kwargs=rollout.get("env_kwargs", {}),
+                distinct_env_seeds=rollout.distinct_env_seeds,
+                env_kwargs=dict(rollout.env_kwargs),
             )
         )
         rewards: dict[int, set[float]] = {}
