@@ -18,10 +18,11 @@ Read :func:`run_experiment` top to bottom; it is the whole protocol::
         per-template breakdowns, curves of the GRPO phases, example trajectories
 
 The phases run one after another, or ``jobs`` at a time in worker processes (each with the
-machine's cores divided among them), as soon as the phase they start from has finished. On a CPU
-only training phases share the machine (on 2 cores two single-threaded trainings do ~1.3x the
-work of one two-threaded training, since much of a rollout is single-threaded Python); an
-evaluation runs alone with every core, because decoding is limited by memory bandwidth.
+machine's cores divided among them), as soon as the phase they start from has finished: training
+phases first, SFT before GRPO (an SFT model starts two chains), evaluations once no training is
+ready. On 2 CPU cores two single-threaded phases do more work than one two-threaded phase, since
+much of a rollout is single-threaded Python: two trainings ~1.3x, two evaluations ~1.2x (152 s for
+two one-thread evaluations side by side against 92 s for one with both threads).
 
 Every evaluation plays each evaluation task ``trials`` times with different environment seeds
 (different faults, when the environment has them), greedily, and every arm sees exactly the same
@@ -130,9 +131,8 @@ class ExperimentConfig:
         ablations: arms that rerun the GRPO phase with some training options changed, by name
             (e.g. ``{"env_tokens_in_loss": {"grpo": {"train_on_env_tokens": true}}}``; not ``base``,
             ``sft`` or ``grpo``, the names of the other arms).
-        jobs: phases that run at once, each in its own process with ``cores // jobs`` threads
-            (on a CPU: training phases; an evaluation runs alone with every core). Part of the
-            protocol: the thread count can change float rounding, hence samples.
+        jobs: phases that run at once, each in its own process with ``cores // jobs`` threads.
+            Part of the protocol: the thread count can change float rounding, hence samples.
     """
 
     env_id: str
@@ -258,12 +258,12 @@ def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo:
     import torch
 
     from agentgym.envs import register_envs
-    from agentgym.models.loading import resolve_device
     from agentgym.trainers.modeling import TrainerError
 
     register_envs()
-    cores = torch.get_num_threads()
-    on_cpu = resolve_device(config_from_dict({**config.training, "env_id": config.env_id}).device) == "cpu"
+    # Every phase gets the same thread count whatever runs beside it: thread counts change float
+    # rounding, and the samples must not depend on how the phases happened to be scheduled.
+    threads = max(1, torch.get_num_threads() // config.jobs)
     pending = {p.name for p in todo}
     running: dict[Any, _Phase] = {}
     # Spawned workers start clean (no inherited thread pools); they get the environment's
@@ -275,10 +275,8 @@ def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo:
     try:
         while todo or running:
             ready = [p for p in todo if p.after not in pending]
-            for phase in _startable(ready, list(running.values()), config.jobs, on_cpu=on_cpu):
+            for phase in _startable(ready, config.jobs - len(running)):
                 todo.remove(phase)
-                # On a CPU an evaluation runs alone (see _startable) and takes every core.
-                threads = cores if on_cpu and phase.kind == "eval" else max(1, cores // config.jobs)
                 log(f"started {phase.name} ({threads} thread{'s' * (threads > 1)})")
                 running[pool.submit(_run_phase_in_worker, threads, config, tasks, phase)] = phase
             done, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -300,24 +298,11 @@ def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo:
     pool.shutdown(wait=True)
 
 
-def _startable(ready: Sequence[_Phase], running: Sequence[_Phase], jobs: int, *, on_cpu: bool) -> list[_Phase]:
-    """The ready phases to start now, training phases first (they start the longest chains).
-
-    On a CPU, training phases run ``jobs`` at a time and an evaluation runs alone: decoding is
-    limited by memory bandwidth, which processes share, so an evaluation beside another phase
-    ran about 2.5x slower than alone (and shared the key/value budget), while two training
-    phases together do about 1.3x the work of one alone. An accelerator runs any ``jobs`` phases
-    at once.
-    """
-    ordered = sorted(ready, key=lambda p: p.kind == "eval")
-    if not on_cpu:
-        return ordered[: jobs - len(running)]
-    if any(p.kind == "eval" for p in running):
-        return []
-    trainings = [p for p in ordered if p.kind == "train"]
-    if trainings:
-        return trainings[: jobs - len(running)]
-    return ordered[:1] if ordered and not running else []
+def _startable(ready: Sequence[_Phase], free: int) -> list[_Phase]:
+    """The ready phases to start in ``free`` worker slots: trainings before evaluations, and SFT
+    trainings before GRPO ones (each SFT model starts the GRPO phases of its seed), so the long
+    phases start early and the short ones fill the end."""
+    return sorted(ready, key=lambda p: (p.kind == "eval", p.arm != SFT))[: max(0, free)]
 
 
 def _worker_init(spec: Any) -> None:

@@ -289,15 +289,14 @@ def test_the_shipped_experiment_configs_load(name) -> None:
     assert config.evaluation.env_kwargs == config.training["rollout"]["env_kwargs"]  # GRPO sees what evaluation sees
 
 
-def test_on_a_cpu_trainings_share_the_machine_and_an_evaluation_runs_alone() -> None:
+def test_trainings_start_first_sft_before_grpo_and_evaluations_fill_the_free_slots() -> None:
     sft0, sft1 = _Phase("sft", 0, "train"), _Phase("sft", 1, "train")
+    grpo0 = _Phase("grpo", 0, "train", after="sft/seed-0/train")
     base, sft0_eval = _Phase("base", None, "eval"), _Phase("sft", 0, "eval", after="sft/seed-0/train")
-    # Trainings first, two at a time; an evaluation waits while anything runs...
-    assert _startable([base, sft0, sft1], [], 2, on_cpu=True) == [sft0, sft1]
-    assert _startable([base, sft1], [sft0], 2, on_cpu=True) == [sft1]
-    assert _startable([base, sft0_eval], [sft1], 2, on_cpu=True) == []
-    # ...then runs alone, and nothing starts beside it.
-    assert _startable([base, sft0_eval], [], 2, on_cpu=True) == [base]
-    assert _startable([sft0_eval, sft1], [base], 2, on_cpu=True) == []
-    # An accelerator runs any phases together, trainings first.
-    assert _startable([base, sft0_eval, sft1], [sft0], 3, on_cpu=False) == [sft1, base]
+    assert _startable([base, sft0, sft1], 2) == [sft0, sft1]
+    # An SFT training starts the GRPO phases of its seed: it goes before them, whatever the order given.
+    assert _startable([sft0_eval, grpo0, base, sft1], 1) == [sft1]
+    assert _startable([sft0_eval, grpo0, base, sft1], 3) == [sft1, grpo0, sft0_eval]
+    # Evaluations run once no training is ready, beside whatever still runs.
+    assert _startable([sft0_eval, base], 1) == [sft0_eval]
+    assert _startable([base, sft1], 0) == []
