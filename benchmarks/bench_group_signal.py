@@ -16,6 +16,7 @@ temperature chosen with it has not seen an evaluation episode.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -41,34 +42,25 @@ def main() -> None:
 
     from agentgym.models import load_model
     from agentgym.models.hf import HFBackend
-    from agentgym.runner import RolloutConfig, RolloutRunner
+    from agentgym.runner import RolloutRunner
+    from agentgym.trainers.trainer import rollout_config
 
     torch.set_num_threads(args.threads)
     experiment = load_experiment(args.experiment)
-    rollout = config_from_dict({**experiment.training, "env_id": experiment.env_id}).rollout  # the trainer's defaults filled in
     entries = json.loads(Path(args.tasks).read_text(encoding="utf-8"))["grpo"][: args.groups]
     splits = sorted({entry.split(":", 1)[0] for entry in entries})
     if len(splits) != 1:
         raise SystemExit(f"the GRPO tasks must come from one split; got {splits}")
+    training = {**experiment.training, "env_id": experiment.env_id}
+    training["rollout"] = {**training.get("rollout", {}), "split": splits[0]}
+    # The episodes the trainer would play for these tasks (its defaults filled in); only the temperature varies.
+    episodes_config = rollout_config(config_from_dict(training), [entry.split(":", 1)[1] for entry in entries], seed=args.seed)
     model, tokenizer = load_model(args.model, device="cpu")
     runner = RolloutRunner(HFBackend(model, tokenizer))
-    print(f"{len(entries)} GRPO training tasks x {rollout.group_size} episodes, model {args.model}")
+    print(f"{len(entries)} GRPO training tasks x {episodes_config.group_size} episodes, model {args.model}")
     for temperature in (float(t) for t in args.temperatures.split(",")):
         started = time.perf_counter()
-        episodes = runner.run(
-            RolloutConfig(
-                experiment.env_id,
-                split=splits[0],
-                task_ids=[entry.split(":", 1)[1] for entry in entries],
-                group_size=rollout.group_size,
-                seed=args.seed,
-                max_turns=rollout.max_turns,
-                max_new_tokens=rollout.max_new_tokens,
-                temperature=temperature,
-                distinct_env_seeds=rollout.distinct_env_seeds,
-                env_kwargs=dict(rollout.env_kwargs),
-            )
-        )
+        episodes = runner.run(dataclasses.replace(episodes_config, temperature=temperature))
         rewards: dict[int, set[float]] = {}
         for episode in episodes:
             rewards.setdefault(episode.group, set()).add(round(episode.reward, 6))

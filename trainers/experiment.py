@@ -19,10 +19,10 @@ Read :func:`run_experiment` top to bottom; it is the whole protocol::
 
 The phases run one after another, or ``jobs`` at a time in worker processes (each with the
 machine's cores divided among them), as soon as the phase they start from has finished: training
-phases first, SFT before GRPO (an SFT model starts two chains), evaluations once no training is
-ready. On 2 CPU cores two single-threaded phases do more work than one two-threaded phase, since
-much of a rollout is single-threaded Python: two trainings ~1.3x, two evaluations ~1.2x (152 s for
-two one-thread evaluations side by side against 92 s for one with both threads).
+phases first, SFT before GRPO (an SFT model starts its seed's GRPO phases), evaluations once no
+training is ready. On 2 CPU cores two single-threaded phases do more work than one two-threaded
+phase, since much of a rollout is single-threaded Python: two trainings ~1.3x, two evaluations
+~1.2x (152 s for two one-thread evaluations side by side against 92 s for one with both threads).
 
 Every evaluation plays each evaluation task ``trials`` times with different environment seeds
 (different faults, when the environment has them), greedily, and every arm sees exactly the same

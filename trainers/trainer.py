@@ -228,7 +228,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
             display.phase("GRPO", g.steps, state.step)
             while state.step < g.steps and not state.stopped_early:
                 # Rollouts: the policy samples group_size episodes of each of this step's tasks.
-                rollout = _rollout_config(
+                rollout = rollout_config(
                     config,
                     step_tasks(train_pool, config.rollout.num_tasks, derive_seed(seed, _TASKS), state.step),
                     seed=derive_seed(seed, _ROLLOUT, state.step),
@@ -460,8 +460,9 @@ def step_tasks(pool: Sequence[str], num_tasks: int, seed: int, step: int) -> lis
     return out
 
 
-def _rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, evaluation: bool = False) -> RolloutConfig:
-    """Training rollouts (``rollout`` section) or evaluation episodes (``eval`` split, samples, temperature)."""
+def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, evaluation: bool = False) -> RolloutConfig:
+    """The episodes the trainer plays for ``task_ids``: training rollouts (``rollout`` section) or
+    evaluation episodes (``eval`` split, samples, temperature)."""
     r, e = config.rollout, config.eval
     temperature = e.temperature if evaluation else r.temperature
     return RolloutConfig(
@@ -492,7 +493,7 @@ def _backend(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainC
 
 def _evaluate(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainConfig, tasks: Sequence[str], display: ProgressDisplay) -> dict[str, float]:
     """``eval.samples`` episodes per evaluation task, same seeds every time, so only the model changes."""
-    rollout = _rollout_config(config, tasks, seed=derive_seed(config.seed, _EVAL), evaluation=True)
+    rollout = rollout_config(config, tasks, seed=derive_seed(config.seed, _EVAL), evaluation=True)
     return eval_summary(run_rollouts(_backend(policy, tokenizer, config), rollout, progress=display.episodes("eval")))
 
 
