@@ -5,23 +5,29 @@ advantages. This plays the GRPO training tasks of a learning experiment with a m
 experiment's SFT model) as the experiment's rollouts do (group size, turns, token budget,
 environment options), once per temperature in the same run, and prints for each: the share of
 training episodes that succeed (Wilson 95 % interval), the groups with reward variance, the
-episodes with a malformed tool call, and the wall time. It reads training tasks only, so a
-temperature chosen with it has not seen an evaluation episode.
+episodes with a malformed tool call, how often a failed data call (a seeded transient fault) was
+retried and how often such an episode succeeded, and the wall time. It reads training tasks only,
+so a setting chosen with it has not seen an evaluation episode. ``--env-kwargs`` replaces the
+rollouts' environment options, to compare fault settings:
 
     python benchmarks/bench_group_signal.py --model runs/learning/sft/seed-0/run/model \\
         [--experiment trainers/configs/experiments/learning_cpu.yaml] [--tasks runs/learning/tasks.json] \\
-        [--groups 16] [--temperatures 1.0,0.7,0.5] [--threads 2]
+        [--groups 16] [--temperatures 1.0,0.7,0.5] [--threads 2] \\
+        [--env-kwargs '{"fault_rate": 0.5, "schema": "compact"}']
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import time
 from pathlib import Path
 
+from agentgym.envs.knowledge.base import FAULT_MESSAGE
 from agentgym.evaluation import wilson_interval
+from agentgym.records import TurnRecord
 from agentgym.rollout import final_info
 from agentgym.trainers.config import config_from_dict
 from agentgym.trainers.experiment import load_experiment
@@ -36,6 +42,7 @@ def main() -> None:
     parser.add_argument("--temperatures", default="1.0,0.7,0.5")
     parser.add_argument("--seed", type=int, default=1000, help="rollout seed (another than the experiment's steps use)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--env-kwargs", type=json.loads, help="JSON object replacing the rollouts' env_kwargs")
     args = parser.parse_args()
 
     import torch
@@ -53,11 +60,16 @@ def main() -> None:
         raise SystemExit(f"the GRPO tasks must come from one split; got {splits}")
     training = {**experiment.training, "env_id": experiment.env_id}
     training["rollout"] = {**training.get("rollout", {}), "split": splits[0]}
+    if args.env_kwargs is not None:
+        training["rollout"]["env_kwargs"] = args.env_kwargs
     # The episodes the trainer would play for these tasks (its defaults filled in); only the temperature varies.
     episodes_config = rollout_config(config_from_dict(training), [entry.split(":", 1)[1] for entry in entries], seed=args.seed)
     model, tokenizer = load_model(args.model, device="cpu")
     runner = RolloutRunner(HFBackend(model, tokenizer))
-    print(f"{len(entries)} GRPO training tasks x {episodes_config.group_size} episodes, model {args.model}")
+    print(
+        f"{len(entries)} GRPO training tasks x {episodes_config.group_size} episodes, model {args.model}, "
+        f"environment options {dict(episodes_config.env_kwargs)}"
+    )
     for temperature in (float(t) for t in args.temperatures.split(",")):
         started = time.perf_counter()
         episodes = runner.run(dataclasses.replace(episodes_config, temperature=temperature))
@@ -68,12 +80,25 @@ def main() -> None:
         low, high = wilson_interval(wins, len(episodes))
         malformed = sum(int(final_info(e.record).get("format_errors", 0)) > 0 for e in episodes)
         informative = sum(len(values) > 1 for values in rewards.values())
+        faulted = [e for e in episodes if int(final_info(e.record).get("faults", 0)) > 0]
+        retried = sum(_retried_after_a_fault(e.turns) for e in faulted)
+        recovered = sum(bool(e.record["success"]) for e in faulted)
         print(
             f"temperature {temperature:g}: success {wins}/{len(episodes)} = {wins / len(episodes):.3f} [{low:.3f}, {high:.3f}]; "
             f"groups with reward variance {informative}/{len(rewards)}; episodes with a malformed call {malformed}; "
+            f"episodes with a fault {len(faulted)}, retried after one {retried}, succeeded {recovered}; "
             f"{time.perf_counter() - started:.0f} s",
             flush=True,
         )
+
+
+def _retried_after_a_fault(turns: list[TurnRecord]) -> bool:
+    """Whether a turn calls a tool again right after that tool's call failed with a transient fault."""
+    for turn, after in itertools.pairwise(turns):
+        faulted = {m.get("name") for m in turn["env_messages"] if m.get("role") == "tool" and FAULT_MESSAGE in str(m.get("content"))}
+        if faulted & {call["name"] for call in after["tool_calls"]}:
+            return True
+    return False
 
 
 if __name__ == "__main__":

@@ -51,17 +51,27 @@ class KnowledgeEnv(ToolEnv[KnowledgeTaskT]):
             with a transient error (:data:`FAULT_MESSAGE`) instead of running; calling again may
             succeed. Faults are drawn from the episode's seed and task, so the same seed and
             actions give the same faults. Counted in ``info["faults"]`` (and as tool errors).
+        max_consecutive_faults: at most this many data-tool calls in a row fail; the next one runs
+            (``None``, the default: no cap). With a cap, ``fault_rate`` may be 1: ``fault_rate=1,
+            max_consecutive_faults=1`` fails the first call and runs the retry, so every episode
+            meets a fault it can recover from (a training curriculum for retrying).
         **kwargs: the :class:`~agentgym.env.ToolEnv` arguments (``split``, ``tasks``, ``task_ids``,
             ``max_turns``, ``max_tool_calls``, ``render_mode``).
     """
 
     intro: str = ""  # the system message's opening; a subclass may extend it per instance (SQL-v0's schema)
 
-    def __init__(self, *, tool_cache: CacheSetting = "instance", fault_rate: float = 0.0, **kwargs: Any):
-        if not 0 <= fault_rate < 1:
-            raise ValueError(f"fault_rate must be in [0, 1); got {fault_rate}")
+    def __init__(self, *, tool_cache: CacheSetting = "instance", fault_rate: float = 0.0, max_consecutive_faults: int | None = None, **kwargs: Any):
+        capped = max_consecutive_faults is not None
+        if capped and (type(max_consecutive_faults) is not int or max_consecutive_faults < 1):
+            raise ValueError(f"max_consecutive_faults must be None or an integer >= 1; got {max_consecutive_faults!r}")
+        # Without a cap a rate of 1 would fail every call, and no episode could succeed.
+        if not (0 <= fault_rate <= 1 if capped else 0 <= fault_rate < 1):
+            allowed = "[0, 1]" if capped else "[0, 1) (1 only with max_consecutive_faults)"
+            raise ValueError(f"fault_rate must be in {allowed}; got {fault_rate}")
         super().__init__(**kwargs)
         self.fault_rate = fault_rate
+        self.max_consecutive_faults = max_consecutive_faults
         if isinstance(tool_cache, ToolCache):
             self.cache: ToolCache | None = tool_cache
         elif tool_cache in _CACHE_SCOPES:
@@ -70,7 +80,7 @@ class KnowledgeEnv(ToolEnv[KnowledgeTaskT]):
             raise ValueError(f"tool_cache must be one of {', '.join(_CACHE_SCOPES)} or a ToolCache; got {tool_cache!r}")
         self.snapshot = snapshot_path()
         self._cache_hits = self._cache_misses = 0
-        self._faults = 0
+        self._faults = self._fault_streak = 0
         self._fault_draws = np.random.default_rng(0)
         self.submitted: str | None = None
 
@@ -79,7 +89,7 @@ class KnowledgeEnv(ToolEnv[KnowledgeTaskT]):
     def setup_episode(self, task: KnowledgeTaskT) -> list[Message]:
         self.submitted = None
         self._cache_hits = self._cache_misses = 0
-        self._faults = 0
+        self._faults = self._fault_streak = 0
         # The fault stream of an episode depends on its seed and task only.
         seed = self._seed if self._seed is not None else int(self.np_random.integers(2**31))
         self._fault_draws = np.random.default_rng([seed, zlib.crc32(task["task_id"].encode())])
@@ -118,9 +128,14 @@ class KnowledgeEnv(ToolEnv[KnowledgeTaskT]):
     def cached(self, tool_name: str, arguments: dict[str, Any], compute: Callable[[], Any]) -> str:
         """Run a snapshot tool through the cache; the result is its JSON text (or a ToolError)."""
 
-        if self.fault_rate and self._fault_draws.random() < self.fault_rate:
-            self._faults += 1
-            raise ToolError(FAULT_MESSAGE)
+        if self.fault_rate:
+            # One draw per call, capped or not, so a cap changes which calls fail and nothing else.
+            capped = self.max_consecutive_faults is not None and self._fault_streak >= self.max_consecutive_faults
+            if self._fault_draws.random() < self.fault_rate and not capped:
+                self._faults += 1
+                self._fault_streak += 1
+                raise ToolError(FAULT_MESSAGE)
+            self._fault_streak = 0
 
         def as_text() -> str:  # capped before it is cached: the cache holds what the model sees
             result = compute()

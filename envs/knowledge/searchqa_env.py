@@ -64,12 +64,15 @@ class SearchQAEnv(ArticleEnv[SearchQATask]):
     :class:`~agentgym.envs.knowledge.cache.ToolCache`; the episode's hits and misses are in
     ``info["cache_hits"]`` / ``info["cache_misses"]``); ``fault_rate``
     (default 0: each ``search`` or ``open`` call fails with a transient error with this probability,
-    drawn from the episode's seed and task; counted in ``info["faults"]``).
+    drawn from the episode's seed and task; counted in ``info["faults"]``); ``max_consecutive_faults``
+    (default ``None``: no cap; with a cap, that many failed calls in a row are followed by one that
+    runs, and ``fault_rate`` may be 1).
 
     ## Version History
 
     - v0: initial release (600 generated tasks, 200 per difficulty, 70/15/15 train/val/test);
-      ``fault_rate`` added (default off, so episodes without it are unchanged).
+      ``fault_rate`` added (default off, so episodes without it are unchanged); ``max_consecutive_faults``
+      added (default no cap, so episodes without it are unchanged).
     """
 
     task_family = "knowledge/searchqa"

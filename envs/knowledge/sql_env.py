@@ -111,7 +111,9 @@ class SQLEnv(KnowledgeEnv[SQLTask]):
     ``"process"``, ``"off"`` or a shared :class:`~agentgym.envs.knowledge.cache.ToolCache`; cache hits
     and misses of the episode are in ``info["cache_hits"]`` / ``info["cache_misses"]``); ``fault_rate``
     (default 0: each ``sql`` call fails with a transient error with this probability, drawn from the
-    episode's seed and task; counted in ``info["faults"]``); ``schema`` (``"full"``, the default: each
+    episode's seed and task; counted in ``info["faults"]``); ``max_consecutive_faults``
+    (default ``None``: no cap; with a cap, that many failed calls in a row are followed by one that
+    runs, and ``fault_rate`` may be 1); ``schema`` (``"full"``, the default: each
     column with its type and description, then the foreign keys; ``"compact"``: one line per table
     with the foreign keys and the few notes a column's name does not make clear, about 330 instead of
     785 tokens with SmolLM2's tokenizer).
@@ -119,7 +121,8 @@ class SQLEnv(KnowledgeEnv[SQLTask]):
     ## Version History
 
     - v0: initial release (600 generated tasks, 200 per difficulty, 70/15/15 train/val/test);
-      ``fault_rate`` added (default off, so episodes without it are unchanged); ``schema="compact"``
+      ``fault_rate`` added (default off, so episodes without it are unchanged); ``max_consecutive_faults``
+      added (default no cap, so episodes without it are unchanged); ``schema="compact"``
       added (default ``"full"``, so episodes without it are unchanged).
     """
 

@@ -66,12 +66,15 @@ class ToolMathEnv(ArticleEnv[ToolMathTask]):
     :class:`agentgym.env.ToolEnv`); ``tool_cache`` (``"instance"``, ``"process"``, ``"off"`` or a shared
     :class:`~agentgym.envs.knowledge.cache.ToolCache`; calculator calls are cheap and not cached); ``fault_rate``
     (default 0: each ``search`` or ``open`` call fails with a transient error with this probability,
-    drawn from the episode's seed and task; counted in ``info["faults"]``).
+    drawn from the episode's seed and task; counted in ``info["faults"]``); ``max_consecutive_faults``
+    (default ``None``: no cap; with a cap, that many failed calls in a row are followed by one that
+    runs, and ``fault_rate`` may be 1).
 
     ## Version History
 
     - v0: initial release (600 generated tasks, 200 per difficulty, 70/15/15 train/val/test);
-      ``fault_rate`` added (default off, so episodes without it are unchanged).
+      ``fault_rate`` added (default off, so episodes without it are unchanged); ``max_consecutive_faults``
+      added (default no cap, so episodes without it are unchanged).
     """
 
     task_family = "knowledge/toolmath"

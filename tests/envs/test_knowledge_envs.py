@@ -8,6 +8,7 @@ from importlib import resources
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from agentgym.envs.knowledge.base import FAULT_MESSAGE
 from agentgym.envs.knowledge.cache import ToolCache
 from agentgym.envs.knowledge.searchqa_env import SearchQAEnv
 from agentgym.envs.knowledge.sql_env import SQLEnv
@@ -206,8 +207,6 @@ def _sql_call(query):
 
 
 def test_transient_faults_are_seeded_and_recoverable():
-    from agentgym.envs.knowledge.base import FAULT_MESSAGE
-
     def outcomes(env, seed, task_id, calls=6):
         env.reset(seed=seed, options={"task_id": task_id})
         query = env.task["solution"]["sql"]
@@ -229,6 +228,32 @@ def test_transient_faults_are_seeded_and_recoverable():
     assert not any(clean) and info["faults"] == 0
     with pytest.raises(ValueError, match="fault_rate"):
         SQLEnv(fault_rate=1.0)
+
+
+def test_a_fault_cap_lets_the_call_after_a_streak_run_and_changes_nothing_else():
+    def faults(env, seed, task_id, calls=8):
+        env.reset(seed=seed, options={"task_id": task_id})
+        query = env.task["solution"]["sql"]
+        return [FAULT_MESSAGE in env.step(_sql_call(query))[0][0]["content"] for _ in range(calls)]
+
+    task = SQLEnv(split="test").task_ids[0]
+    # Rate 1 with a cap of 1: the first call fails, the retry runs, and so on.
+    assert faults(SQLEnv(split="test", fault_rate=1.0, max_consecutive_faults=1, tool_cache="off"), 3, task) == [True, False] * 4
+    for seed in range(12):
+        free = faults(SQLEnv(split="test", fault_rate=0.6, tool_cache="off"), seed, task)
+        capped = faults(SQLEnv(split="test", fault_rate=0.6, max_consecutive_faults=2, tool_cache="off"), seed, task)
+        streak = 0
+        for uncapped_fault, capped_fault in zip(free, capped, strict=True):
+            # The same draws: a call fails under the cap exactly when it fails without one and the streak allows it.
+            assert capped_fault == (uncapped_fault and streak < 2)
+            streak = streak + 1 if capped_fault else 0
+    for bad in (
+        {"fault_rate": 1.0, "max_consecutive_faults": 0},
+        {"fault_rate": 0.5, "max_consecutive_faults": 1.5},
+        {"fault_rate": 1.5, "max_consecutive_faults": 1},
+    ):
+        with pytest.raises(ValueError, match="fault_rate|max_consecutive_faults"):
+            SQLEnv(**bad)
 
 
 def test_an_episode_recovers_from_a_fault_by_calling_again():
