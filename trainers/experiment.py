@@ -159,8 +159,8 @@ _ADAPTER = TypeAdapter(ExperimentConfig)
 _RESERVED = ("env_id", "model", "seed", "output_dir")
 
 
-def load_experiment(path: str | Path, *, output_dir: str | None = None) -> ExperimentConfig:
-    """Read and check an experiment YAML file.
+def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: Sequence[int] | None = None) -> ExperimentConfig:
+    """Read and check an experiment YAML file; ``output_dir`` and ``seeds`` replace the file's.
 
     Raises:
         ConfigError: unknown keys, wrong types, values out of the bounds the fields declare,
@@ -178,6 +178,8 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None) -> Exper
         raise ConfigError(f"{path} must hold a mapping of options")
     if output_dir is not None:
         data["output_dir"] = output_dir
+    if seeds is not None:
+        data["seeds"] = list(seeds)
     try:
         config = _ADAPTER.validate_python(data)
     except ValidationError as exc:
@@ -538,13 +540,21 @@ class _Timings:
 
 
 def _record_config(config: ExperimentConfig, out: Path) -> None:
+    """Write ``experiment.yaml``; a folder holding another experiment is refused, except that more
+    seeds may be added to it (its finished phases are the new configuration's phases for those seeds)."""
     import yaml
 
     path = out / "experiment.yaml"
-    text = yaml.safe_dump(json.loads(json.dumps(dataclasses.asdict(config))), sort_keys=False)
-    if path.is_file() and path.read_text(encoding="utf-8") != text:
-        raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
-    path.write_text(text, encoding="utf-8")
+    data = json.loads(json.dumps(dataclasses.asdict(config)))
+    if path.is_file():
+        recorded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # Where the folder is (it may have been moved) and its seeds aside, the configuration must be the same.
+        if {**recorded, "seeds": None, "output_dir": None} != {**data, "seeds": None, "output_dir": None}:
+            raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
+        dropped = [seed for seed in recorded["seeds"] if seed not in config.seeds]
+        if dropped:
+            raise ConfigError(f"{out} holds an experiment with seeds {recorded['seeds']}; seeds may be added to it, not left out (missing: {dropped})")
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
 # What decides the results; edits elsewhere (docs, tests) do not make a run's commit dirty.

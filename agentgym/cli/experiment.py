@@ -16,6 +16,12 @@ def add_parser(commands: Any) -> None:
     p.add_argument("config", metavar="FILE.yaml", help="experiment configuration, e.g. trainers/configs/experiments/learning_cpu.yaml (see docs/results.md)")
     p.add_argument("--output", metavar="DIR", help="results folder (default: the configuration's output_dir)")
     p.add_argument("--summarize", action="store_true", help="only recompute summary.json, results.md and plots from the episodes already written")
+    p.add_argument(
+        "--seeds",
+        type=_seeds,
+        metavar="S,S,...",
+        help="training seeds instead of the configuration's; a finished results folder takes more seeds (its phases are kept), e.g. 0,1,2,3,4,5",
+    )
     p.set_defaults(run=run)
 
 
@@ -29,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
     # wall time so far is recorded, so the resumed run's total is right.
     signal.signal(signal.SIGTERM, _interrupted)
     try:
-        config = load_experiment(args.config, output_dir=args.output)
+        if args.summarize and args.seeds is not None:
+            raise ConfigError("--summarize summarises the seeds the results folder holds; leave --seeds out")
+        config = load_experiment(args.config, output_dir=args.output, seeds=args.seeds)
         if args.summarize:
             if not (Path(config.output_dir) / "tasks.json").is_file():
                 raise ConfigError(f"{config.output_dir} holds no experiment to summarise")
@@ -41,6 +49,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     print((Path(config.output_dir) / "results.md").read_text(encoding="utf-8"))
     return 0
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 0,1,2; got {text!r}") from None
 
 
 def _interrupted(signum: int, frame: object) -> None:

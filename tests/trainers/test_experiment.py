@@ -8,6 +8,7 @@ import json
 import math
 import pickle
 import re
+import shutil
 from collections import defaultdict
 
 import pytest
@@ -125,6 +126,26 @@ def test_a_rerun_resumes_and_reproduces_the_summary(finished) -> None:
     for arm in summary["arms"]:
         assert again["arms"][arm]["success"] == summary["arms"][arm]["success"]
     assert summarize_experiment(out)["delta_grpo_minus_sft"] == summary["delta_grpo_minus_sft"]
+
+
+def test_more_seeds_extend_a_finished_run_and_keep_its_phases(finished, tmp_path) -> None:
+    config, out, summary, _ = finished
+    extended = tmp_path / "extended"
+    shutil.copytree(out, extended)
+    kept = {path: path.stat().st_mtime_ns for path in extended.glob("*/seed-*/eval.jsonl")}
+    more = run_experiment(dataclasses.replace(config, seeds=(0, 1, 2), output_dir=str(extended)), log=lambda line: None)
+    assert {path: path.stat().st_mtime_ns for path in kept} == kept  # seeds 0 and 1 were not run again
+    for arm in ("sft", "grpo", "env_tokens_in_loss"):
+        assert len(read_jsonl(extended / arm / "seed-2" / "eval.jsonl")) == 2 * 2
+        assert sorted(more["arms"][arm]["seeds"]) == [0, 1, 2] and more["arms"][arm]["n"] == 3 * 2 * 2
+        assert {s: more["arms"][arm]["per_seed"][s] for s in ("0", "1")} == summary["arms"][arm]["per_seed"]
+    assert more["arms"]["base"] == summary["arms"]["base"]
+    assert yaml.safe_load((extended / "experiment.yaml").read_text())["seeds"] == [0, 1, 2]
+    assert summarize_experiment(extended)["arms"]["grpo"]["n"] == 12  # the folder now records three seeds
+    with pytest.raises(ConfigError, match=r"seeds may be added to it, not left out \(missing: \[1\]\)"):
+        run_experiment(dataclasses.replace(config, seeds=(0, 2), output_dir=str(extended)), log=lambda line: None)
+    with pytest.raises(ConfigError, match="another configuration"):
+        run_experiment(dataclasses.replace(config, seeds=(0, 1, 2), jobs=2, output_dir=str(extended)), log=lambda line: None)
 
 
 def test_phases_in_worker_processes_give_the_same_results(finished, tmp_path) -> None:
@@ -275,6 +296,12 @@ def test_the_command_prints_the_results_and_reports_bad_input(finished, tmp_path
     empty = parser.parse_args(["experiment", str(path), "--summarize", "--output", str(tmp_path / "none")])
     assert empty.run(empty) == 2
     assert "no experiment to summarise" in capsys.readouterr().err
+    both = parser.parse_args(["experiment", str(path), "--summarize", "--seeds", "0,1,2"])
+    assert both.run(both) == 2
+    assert "leave --seeds out" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        parser.parse_args(["experiment", str(path), "--seeds", "0,one"])
+    assert "expected comma-separated integers" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("name", ["learning_cpu.yaml", "learning_gpu.yaml", "learning_gpu_135m.yaml"])
