@@ -24,6 +24,7 @@ import itertools
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from agentgym.envs.knowledge.base import FAULT_MESSAGE
 from agentgym.evaluation import wilson_interval
@@ -31,6 +32,9 @@ from agentgym.records import TurnRecord
 from agentgym.rollout import final_info
 from agentgym.trainers.config import config_from_dict
 from agentgym.trainers.experiment import load_experiment
+
+if TYPE_CHECKING:
+    from agentgym.runner import RolloutConfig
 
 
 def main() -> None:
@@ -50,24 +54,13 @@ def main() -> None:
     from agentgym.models import load_model
     from agentgym.models.hf import HFBackend
     from agentgym.runner import RolloutRunner
-    from agentgym.trainers.trainer import rollout_config
 
     torch.set_num_threads(args.threads)
-    experiment = load_experiment(args.experiment)
-    entries = json.loads(Path(args.tasks).read_text(encoding="utf-8"))["grpo"][: args.groups]
-    splits = sorted({entry.split(":", 1)[0] for entry in entries})
-    if len(splits) != 1:
-        raise SystemExit(f"the GRPO tasks must come from one split; got {splits}")
-    training = {**experiment.training, "env_id": experiment.env_id}
-    training["rollout"] = {**training.get("rollout", {}), "split": splits[0]}
-    if args.env_kwargs is not None:
-        training["rollout"]["env_kwargs"] = args.env_kwargs
-    # The episodes the trainer would play for these tasks (its defaults filled in); only the temperature varies.
-    episodes_config = rollout_config(config_from_dict(training), [entry.split(":", 1)[1] for entry in entries], seed=args.seed)
+    episodes_config = training_episodes(args.experiment, args.tasks, args.groups, seed=args.seed, env_kwargs=args.env_kwargs)
     model, tokenizer = load_model(args.model, device="cpu")
     runner = RolloutRunner(HFBackend(model, tokenizer))
     print(
-        f"{len(entries)} GRPO training tasks x {episodes_config.group_size} episodes, model {args.model}, "
+        f"{episodes_config.num_groups} GRPO training tasks x {episodes_config.group_size} episodes, model {args.model}, "
         f"environment options {dict(episodes_config.env_kwargs)}"
     )
     for temperature in (float(t) for t in args.temperatures.split(",")):
@@ -90,6 +83,24 @@ def main() -> None:
             f"{time.perf_counter() - started:.0f} s",
             flush=True,
         )
+
+
+def training_episodes(experiment_path: str, tasks_path: str, groups: int, *, seed: int, env_kwargs: dict[str, Any] | None = None) -> RolloutConfig:
+    """The episodes a learning experiment's GRPO phase would play on its first ``groups`` training
+    tasks (the trainer's defaults filled in), with another rollout ``seed`` and, if given, other
+    environment options."""
+    from agentgym.trainers.trainer import rollout_config
+
+    experiment = load_experiment(experiment_path)
+    entries = json.loads(Path(tasks_path).read_text(encoding="utf-8"))["grpo"][:groups]
+    splits = sorted({entry.split(":", 1)[0] for entry in entries})
+    if len(splits) != 1:
+        raise SystemExit(f"the GRPO tasks must come from one split; got {splits}")
+    training = {**experiment.training, "env_id": experiment.env_id}
+    training["rollout"] = {**training.get("rollout", {}), "split": splits[0]}
+    if env_kwargs is not None:
+        training["rollout"]["env_kwargs"] = env_kwargs
+    return rollout_config(config_from_dict(training), [entry.split(":", 1)[1] for entry in entries], seed=seed)
 
 
 def _retried_after_a_fault(turns: list[TurnRecord]) -> bool:

@@ -1,0 +1,78 @@
+"""How likely a model is to retry a failed ``sql`` call, measured exactly instead of by sampling.
+
+In the learning experiment GRPO can reinforce retrying after a seeded fault only once a sampled
+episode has done it. This measures how rare that is: it plays the experiment's GRPO training tasks
+greedily with every first ``sql`` call failing (``fault_rate: 1`` capped at one fault in a row), and
+in the turn after the fault it reads the model's next-token distribution where the call's argument
+name is chosen: ``query`` (``sql`` again: the retry) or ``text`` (``answer``: giving up with a
+guess). It prints, per model, the mean probability of the retry's token at sampling temperatures
+1.0 and 0.7, and the expected retries among a GRPO phase's fault decisions (``--decisions``: the
+experiment's 10 steps x 16 episodes at a fault rate of 0.5 meet about 80). Training tasks only; one
+model after another in the same run, so the figures compare directly:
+
+    python benchmarks/bench_retry_decision.py runs/learning/sft/seed-0/run/model runs/learning/grpo/seed-0/run/model \\
+        [--experiment trainers/configs/experiments/learning_cpu.yaml] [--tasks runs/learning/tasks.json] [--groups 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+
+from bench_group_signal import training_episodes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", help="models to measure (e.g. an experiment's SFT and GRPO models)")
+    parser.add_argument("--experiment", default="trainers/configs/experiments/learning_cpu.yaml")
+    parser.add_argument("--tasks", default="runs/learning/tasks.json", help="the experiment's tasks.json (its grpo tasks are played)")
+    parser.add_argument("--groups", type=int, default=16, help="GRPO training tasks to play, one episode each")
+    parser.add_argument("--decisions", type=int, default=80, help="fault decisions of a GRPO phase, for the expected retries")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+
+    import torch
+
+    from agentgym.models import load_model
+    from agentgym.models.hf import HFBackend
+    from agentgym.runner import RolloutRunner
+
+    torch.set_num_threads(args.threads)
+    base = training_episodes(
+        args.experiment, args.tasks, args.groups, seed=1000, env_kwargs={"fault_rate": 1.0, "max_consecutive_faults": 1, "schema": "compact"}
+    )
+    # One greedy episode per task, stopped after the turn that follows the fault.
+    config = dataclasses.replace(base, temperature=0.0, group_size=1, max_turns=2)
+    print(f"{config.num_groups} GRPO training tasks, every first sql call failing; P(retry) is the probability of 'query' over 'text'")
+    for path in args.models:
+        model, tokenizer = load_model(path, device="cpu")
+        retry, give_up = (tokenizer.encode(word, add_special_tokens=False)[0] for word in ("query", "text"))
+        at_1, at_07, greedy_retries = [], [], 0
+        for episode in RolloutRunner(HFBackend(model, tokenizer)).run(config):
+            if len(episode.turns) < 2:
+                continue  # the first turn answered or broke the format: no fault met
+            after = episode.turns[1]
+            sampled = list(after["sampled_ids"])
+            where = next((i for i, token in enumerate(sampled) if token in (retry, give_up)), None)
+            if where is None:
+                continue  # neither call begun (a malformed turn)
+            greedy_retries += sampled[where] == retry
+            with torch.no_grad():
+                logits = model(torch.tensor([[*after["prompt_ids"], *sampled[:where]]])).logits[0, -1].float()
+            at_1.append(torch.softmax(logits, -1)[retry].item())
+            at_07.append(torch.softmax(logits / 0.7, -1)[retry].item())
+        if not at_1:
+            print(f"{path}: no episode reached the decision")
+            continue
+        print(
+            f"{path}: decisions {len(at_1)}, greedy retries {greedy_retries}; P(retry) at temperature 1.0 {statistics.fmean(at_1):.4f}, "
+            f"at 0.7 {statistics.fmean(at_07):.4f}; expected retries in {args.decisions} decisions "
+            f"{args.decisions * statistics.fmean(at_1):.1f} at 1.0, {args.decisions * statistics.fmean(at_07):.2f} at 0.7",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
