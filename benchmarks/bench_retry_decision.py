@@ -40,11 +40,11 @@ def main() -> None:
     from agentgym.runner import RolloutRunner
 
     torch.set_num_threads(args.threads)
-    base = training_episodes(
-        args.experiment, args.tasks, args.groups, seed=1000, env_kwargs={"fault_rate": 1.0, "max_consecutive_faults": 1, "schema": "compact"}
-    )
-    # One greedy episode per task, stopped after the turn that follows the fault.
-    config = dataclasses.replace(base, temperature=0.0, group_size=1, max_turns=2)
+    base = training_episodes(args.experiment, args.tasks, args.groups, seed=1000)
+    # One greedy episode per task under the experiment's environment options, every first call
+    # failing, stopped after the turn that follows the fault.
+    faults = {"fault_rate": 1.0, "max_consecutive_faults": 1}
+    config = dataclasses.replace(base, temperature=0.0, group_size=1, max_turns=2, env_kwargs={**base.env_kwargs, **faults})
     print(f"{config.num_groups} GRPO training tasks, every first sql call failing; P(retry) is the probability of 'query' over 'text'")
     for path in args.models:
         model, tokenizer = load_model(path, device="cpu")

@@ -130,8 +130,8 @@ class KnowledgeEnv(ToolEnv[KnowledgeTaskT]):
 
         if self.fault_rate:
             # One draw per call, capped or not, so a cap changes which calls fail and nothing else.
-            capped = self.max_consecutive_faults is not None and self._fault_streak >= self.max_consecutive_faults
-            if self._fault_draws.random() < self.fault_rate and not capped:
+            at_cap = self.max_consecutive_faults is not None and self._fault_streak >= self.max_consecutive_faults
+            if self._fault_draws.random() < self.fault_rate and not at_cap:
                 self._faults += 1
                 self._fault_streak += 1
                 raise ToolError(FAULT_MESSAGE)
