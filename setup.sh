@@ -24,7 +24,7 @@ fi
 # The main job: the learning experiment. The bundled SmolLM2-135M-Instruct is fine-tuned on
 # fault-free oracle demonstrations (SFT), then trained with masked GRPO under seeded tool faults,
 # and every arm (base, SFT, GRPO, and GRPO with the loss mask off) is evaluated on held-out
-# tasks, over 3 training seeds. About 57 minutes on 2 CPU cores; results in runs/learning/results.md
+# tasks, over 3 training seeds. About 56 minutes on 2 CPU cores; results in runs/learning/results.md
 # (ours: docs/results.md). An interrupted run resumes where it stopped when started again.
 # GPU recipe: docs/results.md.
 agentgym experiment trainers/configs/experiments/learning_cpu.yaml
