@@ -829,22 +829,28 @@ def _results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequenc
     return "\n".join(lines) + "\n"
 
 
-def _examples(episodes: Mapping[str, Sequence[Mapping[str, Any]]], limit: int = 2) -> list[str]:
-    """Side-by-side trajectories of the first seed: the first tasks (in evaluation order) where SFT
-    failed and GRPO succeeded, and the first where it went the other way."""
+def _examples(episodes: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """Side-by-side trajectories, SFT and GRPO of one seed on the same task and environment seed.
+
+    For every training seed the first task (in evaluation order) where SFT failed and GRPO
+    succeeded, since seeds often learn different things, then the first task where it went the
+    other way.
+    """
     if SFT not in episodes or GRPO not in episodes:
         return []
-    first_seed = min((r["seed"] for r in episodes[GRPO]), default=None)
-    sft = {(r["task_id"], r["trial"]): r for r in episodes[SFT] if r["seed"] == first_seed}
-    grpo = [r for r in episodes[GRPO] if r["seed"] == first_seed]
-    improved = [(sft[(r["task_id"], r["trial"])], r) for r in grpo if r["success"] and not sft[(r["task_id"], r["trial"])]["success"]]
-    worsened = [(sft[(r["task_id"], r["trial"])], r) for r in grpo if not r["success"] and sft[(r["task_id"], r["trial"])]["success"]]
-    lines = [f"## Example trajectories (seed {first_seed}, same task and environment seed)", ""]
-    for title, pairs in (("SFT failed, GRPO succeeded", improved[:limit]), ("SFT succeeded, GRPO failed", worsened[:1])):
-        for before, after in pairs:
-            lines += [f"### {title}: {after['task_id']} (trial {after['trial']})", ""]
-            for label, row in (("SFT", before), ("GRPO", after)):
-                lines += [f"**{label}** (success {row['success']}, {row['turns']} turns, {row['faults']} fault(s)):", "", "```"]
-                lines += [f"[{m['role']}] {m['content'][:400]}" for m in row["messages"]]
-                lines += ["```", ""]
-    return lines if len(lines) > 2 else []
+    sft = {(r["seed"], r["task_id"], r["trial"]): r for r in episodes[SFT]}
+    pairs = [(sft[(r["seed"], r["task_id"], r["trial"])], r) for r in episodes[GRPO]]
+    improved: dict[int, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+    for before, after in pairs:
+        if after["success"] and not before["success"]:
+            improved.setdefault(after["seed"], (before, after))
+    shown = [("SFT failed, GRPO succeeded", improved[seed]) for seed in sorted(improved)]
+    shown += [("SFT succeeded, GRPO failed", pair) for pair in pairs if pair[0]["success"] and not pair[1]["success"]][:1]
+    lines = ["## Example trajectories (SFT and GRPO of one seed, same task and environment seed)", ""]
+    for title, (before, after) in shown:
+        lines += [f"### {title}: seed {after['seed']}, {after['task_id']} (trial {after['trial']})", ""]
+        for label, row in (("SFT", before), ("GRPO", after)):
+            lines += [f"**{label}** (success {row['success']}, {row['turns']} turns, {row['faults']} fault(s)):", "", "```"]
+            lines += [f"[{m['role']}] {m['content'][:400]}" for m in row["messages"]]
+            lines += ["```", ""]
+    return lines if shown else []

@@ -23,6 +23,7 @@ from agentgym.trainers.experiment import (
     EvaluationSection,
     ExperimentConfig,
     TaskPick,
+    _examples,
     _Phase,
     _startable,
     load_experiment,
@@ -317,6 +318,25 @@ def test_the_shipped_experiment_configs_load(name) -> None:
     rollout_kwargs = dict(config.training["rollout"]["env_kwargs"])
     assert rollout_kwargs.pop("max_consecutive_faults", 1) == 1
     assert config.evaluation.env_kwargs == rollout_kwargs
+
+
+def test_the_report_shows_what_each_seed_learned_side_by_side() -> None:
+    def episode(seed: int, task: str, success: bool, answer: str) -> dict:
+        messages = [{"role": "user", "content": f"question {task}"}, {"role": "assistant", "content": answer}]
+        return {"seed": seed, "task_id": task, "trial": 0, "success": success, "turns": 1, "faults": 0, "messages": messages}
+
+    sft = [episode(0, "t1", False, "sft-0-t1"), episode(0, "t2", False, "sft-0-t2"), episode(1, "t1", True, "sft-1-t1"), episode(1, "t2", False, "sft-1-t2")]
+    grpo = [episode(0, "t1", True, "grpo-0-t1"), episode(0, "t2", True, "grpo-0-t2"), episode(1, "t1", False, "grpo-1-t1"), episode(1, "t2", True, "grpo-1-t2")]
+    text = "\n".join(_examples({"sft": sft, "grpo": grpo}))
+    titles = re.findall(r"^### (.*)$", text, flags=re.MULTILINE)
+    # The first improvement of every seed, then the first task where GRPO did worse than SFT.
+    assert titles == [
+        "SFT failed, GRPO succeeded: seed 0, t1 (trial 0)",
+        "SFT failed, GRPO succeeded: seed 1, t2 (trial 0)",
+        "SFT succeeded, GRPO failed: seed 1, t1 (trial 0)",
+    ]
+    assert text.index("sft-1-t2") < text.index("grpo-1-t2") and "grpo-0-t2" not in text
+    assert _examples({"sft": sft[:1], "grpo": [episode(0, "t1", False, "x")]}) == []  # nothing changed, nothing shown
 
 
 def test_trainings_start_first_sft_before_grpo_and_evaluations_fill_the_free_slots() -> None:
