@@ -19,7 +19,6 @@ import io
 import json
 import os
 import sys
-import threading
 import traceback
 import types
 from typing import Any, NoReturn
@@ -80,14 +79,24 @@ def write_files(files: dict[str, str], root: str = WORKSPACE) -> None:
             os.close(fd)
 
 
-def settle() -> None:
+def settle(*, environment: bool = True) -> None:
     """Make this process look like ``python -c`` started in the workspace: everything that does not
-    depend on the request, so a run prepared ahead of its request has done it already."""
+    depend on the request, so a run prepared ahead of its request has done it already.
+
+    ``environment=False`` leaves the environment variables alone, for a process that inherited
+    them from one that called :func:`set_environment` (the local fork server does, once).
+    """
     os.chdir(WORKSPACE)
-    os.environ.clear()
-    os.environ.update(SANDBOX_ENV, PATH=os.path.dirname(sys.executable))
+    if environment:
+        set_environment()
     sys.argv = ["-c"]
     _fresh_standard_streams()
+
+
+def set_environment() -> None:
+    """Replace the environment variables with the sandbox's (:data:`SANDBOX_ENV` and ``PATH``)."""
+    os.environ.clear()
+    os.environ.update(SANDBOX_ENV, PATH=os.path.dirname(sys.executable))
 
 
 def prepare(request: dict[str, Any]) -> None:
@@ -133,7 +142,13 @@ def _run(code: str) -> int:
 def _finish(status: int) -> int:
     # What interpreter shutdown does before exiting: join non-daemon threads, run atexit
     # handlers, flush the streams. A SystemExit raised from any of them is ignored, as CPython does.
-    for step in (threading._shutdown, atexit._run_exitfuncs):  # type: ignore[attr-defined]
+    # Like CPython, it looks for threads only if the code imported threading: this module does not
+    # import it, because in a fork server's children its at-fork hook costs some forty copy-on-write
+    # page faults per run.
+    threading = sys.modules.get("threading")
+    for step in (getattr(threading, "_shutdown", None), atexit._run_exitfuncs):
+        if step is None:
+            continue
         try:
             step()
         except BaseException as exc:  # noqa: BLE001 - reported like CPython, never fatal here

@@ -231,6 +231,9 @@ class Server:
 
     def serve(self) -> NoReturn:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        # Once here rather than in every run: a forked run that rewrites os.environ touches enough
+        # new objects to cost it some sixty copy-on-write page faults.
+        bootstrap.set_environment()
         if seccomp.supported():
             seccomp.compile_filter()  # once, here: every run inherits it and only installs it
         linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
@@ -426,10 +429,9 @@ def _sandbox(
         os.closerange(4 + len(peer_fds), resource.getrlimit(resource.RLIMIT_NOFILE)[1])
         limits = message["limits"]
         _private_namespaces(limits, str(message["workspace"]))
-        with open("/proc/self/oom_score_adj", "w") as handle:
-            # Under memory pressure, sandboxes go first. The host's launcher set the same value
-            # as the server's floor, so the code cannot lower it again.
-            handle.write("1000")
+        # Under memory pressure, sandboxes go first. The host's launcher set the same value as the
+        # server's floor, so the code cannot lower it again.
+        _write_proc("/proc/self/oom_score_adj", b"1000")
         _set_limits(limits)
         os.setgroups([])
         os.setresgid(SANDBOX_UID, SANDBOX_UID, SANDBOX_UID)
@@ -440,7 +442,7 @@ def _sandbox(
         resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["max_processes"]),) * 2)
         _drop_capabilities()
         linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
-        bootstrap.settle()
+        bootstrap.settle(environment=False)  # the server set it for every run (Server.serve)
         if seccomp.supported():
             seccomp.install()  # last: from here on, only what the filter allows (see _seccomp)
         # Everything above is the same for every run, so a prepared run has done it before its
@@ -490,11 +492,27 @@ def _own_user_namespace() -> None:
     closes the only way unprivileged code could create namespaces of its own.
     """
     linux.unshare(linux.CLONE_NEWUSER)
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{SANDBOX_UID} {SANDBOX_UID} 1\n"), ("gid_map", f"{SANDBOX_UID} {SANDBOX_UID} 1\n")):
-        with open(f"/proc/self/{name}", "w") as handle:
-            handle.write(text)
-    with open("/proc/sys/user/max_user_namespaces", "w") as handle:
-        handle.write("0")
+    for path, text in _OWN_USER_NAMESPACE:
+        _write_proc(path, text)
+
+
+_OWN_USER_NAMESPACE = (
+    ("/proc/self/setgroups", b"deny"),
+    ("/proc/self/uid_map", f"{SANDBOX_UID} {SANDBOX_UID} 1\n".encode()),
+    ("/proc/self/gid_map", f"{SANDBOX_UID} {SANDBOX_UID} 1\n".encode()),
+    ("/proc/sys/user/max_user_namespaces", b"0"),
+)
+
+
+def _write_proc(path: str, data: bytes) -> None:
+    # One write(2), as these files require, and no file object: in a freshly forked run every
+    # Python object touched for the first time costs a copy-on-write page fault (see docs/envs/code_exec.md).
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        if os.write(fd, data) != len(data):
+            raise OSError(f"short write to {path}")
+    finally:
+        os.close(fd)
 
 
 def _set_limits(limits: dict[str, Any]) -> None:
@@ -521,12 +539,14 @@ class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
 
 
+# capset(2)'s arguments for "no capabilities at all", built once by the server (see _write_proc).
+_NO_CAPABILITIES = (ctypes.byref(_CapHeader(0x20080522, 0)), (_CapData * 2)())  # _LINUX_CAPABILITY_VERSION_3
+
+
 def _drop_capabilities() -> None:
     # The uid change keeps capabilities here (our uid was never root of this user namespace),
     # so clear all three sets explicitly.
-    header = _CapHeader(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3
-    data = (_CapData * 2)()
-    if _LIBC.capset(ctypes.byref(header), data) != 0:
+    if _LIBC.capset(*_NO_CAPABILITIES) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"capset: {os.strerror(errno)}")
 
