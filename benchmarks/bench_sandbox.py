@@ -17,8 +17,10 @@ Three measurements, each against its baseline in the same run:
    (all must fail); tasks per second, p50/p99 and CPU per task. Target: >= 150 tasks/s.
 
 Wall-clock numbers on a shared machine are noisy, so both sides of every ratio are measured
-back to back, alternating in slices, and the output also reports CPU milliseconds per execution
-of this process and all its descendants (the fork server included), which other load disturbs less.
+back to back, alternating in slices, and the output also reports CPU milliseconds and minor page
+faults per execution of this process and all its descendants (the fork server included), which
+other load disturbs less. On a virtual machine the faults, nearly all copy-on-write faults of
+forked runs, are a large share of a run's CPU (see docs/envs/code_exec.md).
 
 Usage: python benchmarks/bench_sandbox.py [--runs 400] [--plain-runs 80] [--concurrency 1,2,4,8,16,32,64]
                                          [--env-runs 400] [--humaneval PATH] [--json FILE]
@@ -30,6 +32,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import subprocess
 import sys
 import threading
@@ -55,6 +58,7 @@ class Measurement:
     wall_s: float
     latencies: list[float]
     cpu_s: float
+    faults: int = 0  # minor page faults (mostly copy-on-write after fork) of the same processes as cpu_s
 
     @property
     def per_s(self) -> float:
@@ -65,16 +69,21 @@ class Measurement:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3
 
     def merge(self, other: Measurement) -> Measurement:
-        return Measurement(self.runs + other.runs, self.wall_s + other.wall_s, self.latencies + other.latencies, self.cpu_s + other.cpu_s)
+        return Measurement(
+            self.runs + other.runs, self.wall_s + other.wall_s, self.latencies + other.latencies, self.cpu_s + other.cpu_s, self.faults + other.faults
+        )
 
 
-def _cpu() -> float:
-    """CPU seconds of this process, its reaped children and every live descendant (the fork
-    server and its sandboxes are long-lived children that os.times() alone would miss)."""
-    t = os.times()
-    total = t.user + t.system + t.children_user + t.children_system
+def _usage() -> tuple[float, int]:
+    """CPU seconds and minor page faults of this process, its reaped children and every live
+    descendant (the fork server and its sandboxes are long-lived children that os.times() and
+    getrusage() alone would miss)."""
+    mine, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = mine.ru_utime + mine.ru_stime + children.ru_utime + children.ru_stime
+    faults = mine.ru_minflt + children.ru_minflt
     parents: dict[int, int] = {}
     ticks: dict[int, int] = {}
+    minflt: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -85,6 +94,7 @@ def _cpu() -> float:
             continue  # exited meanwhile
         parents[int(entry)] = int(fields[1])
         ticks[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        minflt[int(entry)] = int(fields[7]) + int(fields[8])  # minflt cminflt
     me = os.getpid()
     for pid in ticks:
         ancestor = parents.get(pid)
@@ -92,7 +102,8 @@ def _cpu() -> float:
             ancestor = parents.get(ancestor)
         if ancestor == me:
             total += ticks[pid] / os.sysconf("SC_CLK_TCK")
-    return total
+            faults += minflt[pid]
+    return total, faults
 
 
 def measure(concurrency: int, runs: int, make_worker: Callable[[], Callable[[], None]]) -> Measurement:
@@ -119,18 +130,18 @@ def measure(concurrency: int, runs: int, make_worker: Callable[[], Callable[[], 
             with lock:
                 latencies.append(time.perf_counter() - start)
 
-    cpu0, t0 = _cpu(), time.perf_counter()
+    (cpu0, faults0), t0 = _usage(), time.perf_counter()
     threads = [threading.Thread(target=loop, args=(w,)) for w in workers]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
+    wall, (cpu, faults) = time.perf_counter() - t0, _usage()
     for w in workers:
         getattr(w, "close", lambda: None)()
     if errors:
         raise errors[0]
-    return Measurement(runs, wall, latencies, cpu)
+    return Measurement(runs, wall, latencies, cpu - cpu0, faults - faults0)
 
 
 class SandboxWorker:
@@ -222,6 +233,7 @@ def row(level: int, measured: Measurement, plain: Measurement) -> dict[str, floa
         "p50_ms": round(measured.percentile(0.5), 2),
         "p99_ms": round(measured.percentile(0.99), 2),
         "cpu_ms": round(measured.cpu_s / measured.runs * 1e3, 2),
+        "faults": round(measured.faults / measured.runs),
         "plain_per_s": round(plain.per_s, 1),
         "plain_p50_ms": round(plain.percentile(0.5), 2),
         "plain_p99_ms": round(plain.percentile(0.99), 2),
@@ -232,12 +244,12 @@ def row(level: int, measured: Measurement, plain: Measurement) -> dict[str, floa
 
 def print_table(title: str, rows: list[dict[str, float]]) -> None:
     print(f"\n{title}")
-    header = f"{'conc':>4} | {'exec/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7} | {'plain/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7} | {'ratio':>6}"
+    header = f"{'conc':>4} | {'exec/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7} {'faults':>6} | {'plain/s':>8} {'p50 ms':>7} {'p99 ms':>7} {'cpu ms':>7} | {'ratio':>6}"
     print(header)
     print("-" * len(header))
     for r in rows:
         print(
-            f"{r['concurrency']:>4} | {r['per_s']:>8} {r['p50_ms']:>7} {r['p99_ms']:>7} {r['cpu_ms']:>7} | "
+            f"{r['concurrency']:>4} | {r['per_s']:>8} {r['p50_ms']:>7} {r['p99_ms']:>7} {r['cpu_ms']:>7} {r['faults']:>6} | "
             f"{r['plain_per_s']:>8} {r['plain_p50_ms']:>7} {r['plain_p99_ms']:>7} {r['plain_cpu_ms']:>7} | {r['ratio']:>5.1f}x",
             flush=True,
         )
@@ -251,21 +263,22 @@ def grade_humaneval(path: str) -> dict[str, float]:
     results: dict[str, float] = {"tasks": len(records)}
     for kind, code in (("canonical", lambda r: r["prompt"] + r["canonical_solution"]), ("empty", lambda r: r["prompt"])):
         latencies, passed = [], 0
-        cpu0, t0 = _cpu(), time.perf_counter()
+        (cpu0, faults0), t0 = _usage(), time.perf_counter()
         for record in records:
             start = time.perf_counter()
             env.reset(seed=0, options={"task_id": record["task_id"]})
             _, reward, terminated, _, _ = env.step(format_tool_call("submit", {"code": code(record)}))
             latencies.append(time.perf_counter() - start)
             passed += terminated and reward == 1.0
-        wall, cpu = time.perf_counter() - t0, _cpu() - cpu0
-        m = Measurement(len(records), wall, latencies, cpu)
+        wall, (cpu, faults) = time.perf_counter() - t0, _usage()
+        m = Measurement(len(records), wall, latencies, cpu - cpu0, faults - faults0)
         results |= {
             f"{kind}_passed": passed,
             f"{kind}_per_s": round(m.per_s, 1),
             f"{kind}_p50_ms": round(m.percentile(0.5), 2),
             f"{kind}_p99_ms": round(m.percentile(0.99), 2),
-            f"{kind}_cpu_ms": round(cpu / len(records) * 1e3, 2),
+            f"{kind}_cpu_ms": round(m.cpu_s / m.runs * 1e3, 2),
+            f"{kind}_faults": round(m.faults / m.runs),
         }
     env.close()
     return results
@@ -316,7 +329,7 @@ def main() -> None:
         for kind in ("canonical", "empty"):
             print(
                 f"{kind:>9}: {he[f'{kind}_passed']:.0f} passed, {he[f'{kind}_per_s']} tasks/s, p50 {he[f'{kind}_p50_ms']} ms, "
-                f"p99 {he[f'{kind}_p99_ms']} ms, cpu {he[f'{kind}_cpu_ms']} ms/task"
+                f"p99 {he[f'{kind}_p99_ms']} ms, cpu {he[f'{kind}_cpu_ms']} ms/task, {he[f'{kind}_faults']} page faults/task"
             )
         print("target: >= 150 tasks/s with all canonical passing and every bare prompt failing")
         report["humaneval"] = he
