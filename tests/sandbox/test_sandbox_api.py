@@ -72,6 +72,9 @@ def test_run_behaves_like_python_c(sandbox):
     assert sandbox.run("exit(0)").ok  # the site builtins exist
     threads = sandbox.run("import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.2), print('joined'))).start()")
     assert threads.stdout == "joined\n"  # non-daemon threads are joined at exit, as CPython does
+    # As in `python -c`, threading is not imported before the code runs (its at-fork hook would
+    # also cost every run of the fork server some forty page faults).
+    assert sandbox.run("import sys; print('threading' in sys.modules)").stdout == "False\n"
     assert sandbox.run("import atexit; atexit.register(print, 'bye')").stdout == "bye\n"
 
 
