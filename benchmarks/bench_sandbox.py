@@ -9,6 +9,8 @@ Three measurements, each against its baseline in the same run:
 2. ``env``: the same snippet through ``env.step(run_python)`` of CodeExec-v0 (one environment
    per thread), at concurrency 1 and 2, against plain ``python -c``; targets: >= 10x plain at
    concurrency 1, and concurrency 2 >= 1.8x concurrency 1.
+   It also prints how many cores concurrency 1 keeps busy and the ceiling that the machine's
+   cores put on concurrency 2 at its measured CPU per step.
 3. ``think``: ``env.step(run_python)`` latency when the model takes ``--think-ms`` between steps,
    as in a rollout: with CodeExec's prepared runs (the next run sets up during the gap) against
    the same environment with ``Sandbox.prepare`` switched off, alternating.
@@ -313,7 +315,22 @@ def main() -> None:
         print_table("env.step(run_python), CodeExec-v0", env_rows)
         scaling = env_rows[1]["per_s"] / env_rows[0]["per_s"]
         print(f"concurrency 1: {env_rows[0]['ratio']:.1f}x plain python -c (target >= 10x); concurrency 2 / concurrency 1: {scaling:.2f}x (target >= 1.8x)")
-        report |= {"env": env_rows, "env_scaling": round(scaling, 2)}
+        # The most concurrency 2 can reach on this machine's cores at its measured CPU per step,
+        # against how much of them concurrency 1 keeps busy already (prepared runs set up the
+        # next step on another core while the current one runs).
+        cores = os.cpu_count() or 1
+        busy = env_rows[0]["per_s"] * env_rows[0]["cpu_ms"] / 1e3
+        ceiling = cores / (env_rows[1]["cpu_ms"] / 1e3)
+        print(
+            f"concurrency 1 keeps {busy:.2f} of {cores} cores busy; at concurrency 2's CPU per step, {cores} cores cap it near "
+            f"{ceiling:.0f}/s ({ceiling / env_rows[0]['per_s']:.2f}x concurrency 1)"
+        )
+        report |= {
+            "env": env_rows,
+            "env_scaling": round(scaling, 2),
+            "env_cores_busy": round(busy, 2),
+            "env_scaling_ceiling": round(ceiling / env_rows[0]["per_s"], 2),
+        }
 
     if args.env_runs and args.think_ms:
         think = think_latency(args.env_runs // 2, args.think_ms / 1000)
