@@ -19,6 +19,7 @@ import contextlib
 import glob
 import itertools
 import json
+import marshal
 import os
 import select
 import socket
@@ -278,14 +279,14 @@ class LocalBackend(Backend):
             self._check_alive()
             self._flush_queued()
             try:
-                socket.send_fds(self._sock, [json.dumps(message).encode()], fds)
+                socket.send_fds(self._sock, [marshal.dumps(message)], fds)
             except OSError as exc:
                 raise self._died(f"{exc}") from None
 
     def _flush_queued(self) -> None:
         while self._queued and self._dead is None:
             try:
-                self._sock.send(json.dumps(self._queued.popleft()).encode())
+                self._sock.send(marshal.dumps(self._queued.popleft()))
             except OSError as exc:
                 self._died(f"{exc}")
 
@@ -295,7 +296,7 @@ class LocalBackend(Backend):
             self._check_alive()
             self._flush_queued()
             try:
-                self._sock.send(json.dumps(message).encode())
+                self._sock.send(marshal.dumps(message))
                 reply = _receive(self._sock, CONTROL_TIMEOUT_S)
             except (OSError, TimeoutError) as exc:
                 raise self._died(f"{exc}") from None
@@ -341,10 +342,10 @@ def _launch() -> tuple[socket.socket, subprocess.Popen[bytes]]:
         # server and every run inherit: sandboxed code cannot make itself harder to OOM-kill.
         with open(f"/proc/{proc.pid}/oom_score_adj", "w") as handle:
             handle.write("1000")
-        parent.send(json.dumps({"op": "go"}).encode())
+        parent.send(marshal.dumps({"op": "go"}))
         if _receive(parent, STARTUP_TIMEOUT_S) != {"event": "ready"}:
             raise OSError("unexpected handshake")
-    except (OSError, TimeoutError, ValueError) as exc:
+    except (OSError, TimeoutError, ValueError, EOFError) as exc:
         _shutdown(parent, proc)
         raise SandboxUnavailable(f"the local sandbox could not start ({exc or type(exc).__name__}){_stderr_tail(proc)}") from None
     return parent, proc
@@ -356,7 +357,7 @@ def _receive(sock: socket.socket, timeout: float) -> dict[str, Any] | None:
     if not poller.poll(timeout * 1000):
         raise TimeoutError(f"no answer from the fork server within {timeout:g} s")
     data = sock.recv(1 << 16)
-    return json.loads(data) if data else None
+    return marshal.loads(data) if data else None  # the fork server's protocol (see _zygote.send)
 
 
 def _stderr_tail(proc: subprocess.Popen[bytes]) -> str:
@@ -440,7 +441,10 @@ class LocalProcess(SandboxProcess):
             if not self._pump(lambda: not self._open, time.monotonic() + GRACE_S):
                 self._close_all()
                 raise SandboxError("the sandbox did not report the end of the run")
-        status = json.loads(self._status or b"{}")
+        try:
+            status = marshal.loads(self._status) if self._status else {}
+        except (ValueError, EOFError, TypeError):  # cut short: the fork server died while writing it
+            status = {}
         if "error" in status:
             raise SandboxError(status["error"])
         if "returncode" not in status:

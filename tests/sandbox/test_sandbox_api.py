@@ -119,6 +119,14 @@ def test_closed_sandbox_refuses_to_run(local_backend, fast):
         box.prepare()
 
 
+def test_the_fork_server_ignores_a_malformed_control_message(local_backend, fast):
+    with local_backend._lock:  # as the backend itself sends, one message at a time
+        local_backend._sock.send(b"not a control message")
+        local_backend._sock.send(b"\x00" * 8)
+    with Sandbox(local_backend, fast) as box:
+        assert box.run("print(1)").stdout == "1\n"  # it logged both to its standard error and went on
+
+
 def test_a_prepared_run_is_a_new_run_whose_time_starts_with_its_code(local_backend, fast):
     with Sandbox(local_backend, fast) as box:
         box.run("open('kept.txt', 'w').write('x'); open('/tmp/scratch', 'w').write('y')")
