@@ -78,13 +78,12 @@ EPISODE_NAMESPACES = {"net": linux.CLONE_NEWNET, "ipc": linux.CLONE_NEWIPC, "uts
 # would carry data from one episode (a graded submission and its hidden test inputs) to the next.
 
 
-# Control messages and run statuses travel as marshal data, not JSON: both ends are the same
-# interpreter (local.py starts this file with its own executable) and only they hold the socket
-# and the status pipes, and json's Python-level code cost the server about 40 of its 180
-# copy-on-write page faults per run (the run it has just forked still shares every page that
-# code touches) and a tenth of its CPU per run.
-
-
+# Control messages and run statuses travel as marshal data, not JSON: json's Python-level code
+# cost the server about 40 of its 180 copy-on-write page faults per run (the run it has just
+# forked still shares every page that code touches) and a tenth of its CPU per run. marshal is
+# no format for untrusted data, and it needs none: both ends are the same interpreter (local.py
+# starts this file with its own executable), and no sandboxed process can reach the control
+# socket or a status pipe (a run closes every other inherited descriptor before its code runs).
 def send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.send(marshal.dumps(message))
 
@@ -513,8 +512,9 @@ _OWN_USER_NAMESPACE = (
 
 
 def _write_proc(path: str, data: bytes) -> None:
-    # One write(2), as these files require, and no file object: in a freshly forked run every
-    # Python object touched for the first time costs a copy-on-write page fault (see docs/envs/code_exec.md).
+    # One write(2), as these files require, and no file object: a freshly forked run pays a
+    # copy-on-write page fault for every page of the server's memory it first writes to, and the
+    # io stack writes many (see docs/envs/code_exec.md).
     fd = os.open(path, os.O_WRONLY)
     try:
         if os.write(fd, data) != len(data):
