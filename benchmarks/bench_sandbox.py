@@ -1,6 +1,6 @@
 """Throughput and latency of isolated executions against plain ``python -c`` subprocesses.
 
-Three measurements, each against its baseline in the same run:
+Four measurements, each against its baseline in the same run:
 
 1. ``sandbox``: for each concurrency level (episodes running at once, one thread and one sandbox
    workspace per episode), a trivial snippet many times through :class:`agentgym.sandbox.Sandbox`
