@@ -34,6 +34,8 @@ class GroupHandle:
 
     folders: list[str]
     procs_fds: list[int]
+    limits: Limits | None = None  # what the folders' settings say now
+    lowered: bool = False  # cpu.idle is 1 (Cgroups.lower_priority)
 
 
 class Cgroups:
@@ -41,7 +43,7 @@ class Cgroups:
 
     Creating a memory group costs the kernel far more than a run does, so groups whose workspace
     closed are kept (up to ``pool_size``) and handed to the next workspace once their last
-    process has exited, with that workspace's limits written again. A workspace's files are
+    process has exited, with that workspace's limits (written again where they differ). A workspace's files are
     gone by then (its tmpfs is unmounted), so nothing of the previous episode stays charged.
     """
 
@@ -74,15 +76,28 @@ class Cgroups:
             self._sweep()
             handle = self._take_idle() or self._make()
         try:
-            for folder, controller in zip(handle.folders, self._bases, strict=True):
-                for name, value in _settings(self.version, controller, limits):
-                    _write(os.path.join(folder, name), value)
+            for folder, key in zip(handle.folders, self._bases, strict=True):
+                # Only the host writes these files, so a reused group's settings are still the
+                # ones written last time.
+                if handle.limits != limits:
+                    for name, value in _settings(self.version, key, limits):
+                        _write(os.path.join(folder, name), value)
+                if handle.lowered and key in ("cpu", "group"):
+                    _write(os.path.join(folder, "cpu.idle"), "0")
                 handle.procs_fds.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
+            handle.limits, handle.lowered = limits, False
         except OSError:
             with self._lock:
                 self._discard(handle)
             raise
         return handle
+
+    def lower_priority(self, handle: GroupHandle) -> None:
+        """Let the group's processes run only when nothing else wants the CPU (``cpu.idle``,
+        Linux 5.15 and later; elsewhere nothing changes). :meth:`create` undoes it on reuse."""
+        folder = handle.folders[list(self._bases).index("cpu")] if self.version == "v1" else handle.folders[0]
+        _write(os.path.join(folder, "cpu.idle"), "1")
+        handle.lowered = True
 
     def release(self, handle: GroupHandle) -> None:
         """The workspace of ``handle`` closed: keep the group for another one, or remove it."""
@@ -160,20 +175,18 @@ def _alive(pid: str) -> bool:
     return not pid.isdigit() or os.path.exists(f"/proc/{pid}")
 
 
-def _settings(version: str | None, controller: str, limits: Limits) -> list[tuple[str, str]]:
+def _settings(version: str | None, key: str, limits: Limits) -> list[tuple[str, str]]:
+    """What to write into the group folder for ``key``: a v1 controller's name, or ``"group"``,
+    the one v2 folder that holds every controller's files."""
     memory = str(limits.episode_memory_bytes)
     quota = str(max(1000, int(limits.cpus * CPU_PERIOD_US)))
     if version == "v2":
-        return {
-            "memory": [("memory.max", memory), ("memory.swap.max", "0")],
-            "pids": [("pids.max", str(limits.max_processes))],
-            "cpu": [("cpu.max", f"{quota} {CPU_PERIOD_US}")],
-        }[controller]
+        return [("memory.max", memory), ("memory.swap.max", "0"), ("pids.max", str(limits.max_processes)), ("cpu.max", f"{quota} {CPU_PERIOD_US}")]
     return {
         "memory": [("memory.limit_in_bytes", memory)],
         "pids": [("pids.max", str(limits.max_processes))],
         "cpu": [("cpu.cfs_period_us", str(CPU_PERIOD_US)), ("cpu.cfs_quota_us", quota)],
-    }[controller]
+    }[key]
 
 
 def _write(path: str, value: str) -> None:

@@ -206,7 +206,7 @@ class Grader:
                 # It answered every call, so everything it wrote to standard error before its last
                 # answer has been read; stopping it and deleting its workspace happen off this path.
                 stderr = process.stderr_so_far()[-2000:]
-                self._chores.finish(process, stack.pop_all())
+                self._chores.finish(box, process, stack.pop_all())
             else:
                 process.kill()
                 stderr = process.wait().stderr[-2000:]
@@ -325,10 +325,15 @@ class _Chores:
         if older is not None:  # another thread's grading prepared one meanwhile
             self._submit("prepare", lambda: _close_spare(older))
 
-    def finish(self, process: SandboxProcess, cleanup: contextlib.ExitStack) -> None:
-        """Kill ``process``, reap it and run ``cleanup`` (its sandbox's close) in the background."""
+    def finish(self, box: Sandbox, process: SandboxProcess, cleanup: contextlib.ExitStack) -> None:
+        """Kill ``process`` (of ``box``), reap it and run ``cleanup`` (its sandbox's close) in the
+        background."""
 
         def end() -> None:
+            # Tearing down a run's memory costs about a millisecond of CPU, which the next
+            # grading needs more: the kernel does it when a core is idle.
+            with contextlib.suppress(Exception):  # best effort
+                box.lower_priority()
             with contextlib.suppress(Exception):  # a backend that died has stopped everything already
                 process.kill()
                 process.wait()

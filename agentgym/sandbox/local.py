@@ -205,6 +205,12 @@ class LocalBackend(Backend):
         if group is not None:
             self._cgroups.release(group)  # reused once the workspace's last run has exited
 
+    def lower_priority(self, workspace: str) -> None:
+        group = self._groups.get(workspace)
+        if group is not None:
+            with contextlib.suppress(OSError):  # a group that refuses keeps its priority
+                self._cgroups.lower_priority(group)
+
     def prepare(self, workspace: str, limits: Limits) -> None:
         """Start ``workspace``'s next run now; it waits for its request (see the module docstring)."""
         if workspace in self._prepared:

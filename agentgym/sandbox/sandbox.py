@@ -144,6 +144,12 @@ class Sandbox:
             raise SandboxError("this sandbox is closed")
         self.backend.prepare(self._workspace, self.limits)
 
+    def lower_priority(self) -> None:
+        """From now on, the workspace's programs run only on CPU time nothing else wants (see
+        :meth:`Backend.lower_priority`): for programs that are done and about to be killed."""
+        if self._workspace is not None:
+            self.backend.lower_priority(self._workspace)
+
     def close(self) -> None:
         """Delete the workspace (idempotent). The shared backend keeps serving other sandboxes."""
         if self._workspace is not None:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 import agentgym
-from agentgym.sandbox import Limits, Sandbox
+from agentgym.sandbox import Limits, Sandbox, _cgroups
 from agentgym.sandbox.local import UID_BASE, LocalBackend, runtime_view
 
 SANDBOX_KUID = UID_BASE + 1000  # the host uid of every sandboxed process
@@ -237,6 +237,60 @@ def test_control_groups_are_private_reused_and_removed(local_backend):
         assert groups() == first  # the idle group was handed to the next episode, with its limits
     backend.close()
     assert groups() == []
+
+
+def test_a_lowered_workspace_runs_on_idle_cpu_until_its_group_is_reused(local_backend):
+    _cgroups_or_skip(local_backend)
+    backend = LocalBackend()
+
+    def cpu_idle(box):
+        group = backend._groups[box._workspace]
+        folder = dict(zip(backend._cgroups._bases, group.folders)).get("cpu", group.folders[0])
+        if not os.path.exists(f"{folder}/cpu.idle"):
+            pytest.skip("this kernel has no cpu.idle (Linux 5.15 and later)")
+        with open(f"{folder}/cpu.idle") as handle:
+            return handle.read().strip()
+
+    try:
+        with Sandbox(backend, Limits(wall_time_s=5)) as box:
+            assert cpu_idle(box) == "0"
+            box.lower_priority()
+            assert cpu_idle(box) == "1"
+            assert box.run("print(sum(range(10**5)))").stdout == "4999950000\n"  # slower, never stopped
+        with Sandbox(backend, Limits(wall_time_s=5)) as box:
+            assert cpu_idle(box) == "0"  # the reused group is back to normal priority
+    finally:
+        backend.close()
+
+
+def test_cgroup_v2_groups_get_every_controllers_limits(tmp_path, monkeypatch):
+    # The unified hierarchy has one folder per group holding every controller's files; a kernel
+    # makes those files when the folder is made, which this stands in for.
+    files = ("cgroup.procs", "memory.max", "memory.swap.max", "pids.max", "cpu.max", "cpu.idle")
+    make_folder = os.mkdir
+
+    def mkdir(path, mode=0o777):
+        make_folder(path, mode)
+        for name in files:
+            open(os.path.join(path, name), "w").close()
+
+    monkeypatch.setattr(_cgroups, "_detect", lambda: ("v2", {"group": str(tmp_path)}))
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    groups = _cgroups.Cgroups()
+    limits = Limits(max_processes=9, cpus=0.5)
+    handle = groups.create(limits)
+
+    def read(name):
+        with open(os.path.join(handle.folders[0], name)) as file:
+            return file.read()
+
+    assert [read(name) for name in files[1:]] == [str(limits.episode_memory_bytes), "0", "9", "50000 100000", ""]
+    groups.lower_priority(handle)
+    assert read("cpu.idle") == "1"
+    groups.release(handle)
+    assert groups.create(limits) is handle and read("cpu.idle") == "0"
+    for fd in handle.procs_fds:
+        os.close(fd)
 
 
 def test_fork_bomb_hits_the_process_limit_and_leaves_nothing(sandbox):

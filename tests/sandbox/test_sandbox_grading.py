@@ -12,7 +12,7 @@ import pytest
 from agentgym.sandbox import Limits
 from agentgym.sandbox._harness import decode, encode, same
 from agentgym.sandbox.grading import CRASH_SCORE, AssertTests, CheckTests, FunctionTests, Grader, IOCase
-from agentgym.sandbox.local import leftovers
+from agentgym.sandbox.local import LocalBackend, leftovers
 
 
 def cases(pairs):
@@ -354,6 +354,22 @@ def test_what_a_submission_printed_is_kept_and_closing_ends_every_submission(loc
             "adding -5 -6",
         ]
     assert _remaining() <= before  # no submission's process, and not the prepared one, outlives close()
+
+
+def test_graded_submissions_are_ended_at_idle_priority(monkeypatch):
+    # Killing a graded submission and tearing down its memory happen off the grading's path, on
+    # CPU time the next grading does not want: its workspace is lowered before the kill.
+    lowered, kills = [], []
+    backend = LocalBackend()
+    monkeypatch.setattr(backend, "lower_priority", lambda workspace: lowered.append((workspace, len(kills))))
+    monkeypatch.setattr(backend, "kill", lambda run_id, kill=backend.kill: (kills.append(run_id), kill(run_id)))
+    try:
+        with Grader(backend, LIMITS) as grader:
+            assert [grader.grade(HONEST["add"], TASKS["add"]).score for _ in range(2)] == [1.0, 1.0]
+    finally:
+        backend.close()
+    assert len(lowered) == 2 and len({workspace for workspace, _ in lowered}) == 2
+    assert [killed_before for _, killed_before in lowered] == [0, 1]  # each before its own kill
 
 
 def test_a_connected_driver_calls_the_submission_directly_and_survives_bad_ones(local_backend, monkeypatch):
