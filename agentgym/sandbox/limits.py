@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 
@@ -59,4 +59,8 @@ class Limits:
 
     def to_dict(self) -> dict[str, Any]:
         """The limits as a JSON-ready dict (with ``workspace_inodes``)."""
-        return asdict(self) | {"workspace_inodes": self.workspace_inodes}
+        # Not dataclasses.asdict, which deep-copies: this is built for every run.
+        return {field.name: getattr(self, field.name) for field in _FIELDS} | {"workspace_inodes": self.workspace_inodes}
+
+
+_FIELDS = fields(Limits)
