@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from agentgym.sandbox import Limits
+from agentgym.sandbox import Limits, grading
 from agentgym.sandbox._harness import decode, encode, same
 from agentgym.sandbox.grading import CRASH_SCORE, AssertTests, CheckTests, FunctionTests, Grader, IOCase
 from agentgym.sandbox.local import LocalBackend, leftovers
@@ -305,9 +305,9 @@ def test_one_test_driver_serves_many_gradings_each_in_a_fresh_namespace(local_ba
     opened = []
     real_init = Sandbox.__init__
 
-    def counting_init(self, *args, **kwargs):
-        opened.append(1)
-        real_init(self, *args, **kwargs)
+    def counting_init(self, backend, limits):
+        opened.append("driver" if limits.wall_time_s > LIMITS.wall_time_s else "submission")
+        real_init(self, backend, limits)
 
     monkeypatch.setattr(Sandbox, "__init__", counting_init)
     defines = CheckTests("def helper():\n    return 3\n", "def check(candidate):\n    assert candidate(helper()) == 6\n", "double")
@@ -316,9 +316,26 @@ def test_one_test_driver_serves_many_gradings_each_in_a_fresh_namespace(local_ba
         scores = [grader.grade(code, spec).score for code, spec in [(DOUBLE, defines), (DOUBLE, uses), ("def double(x):\n    return 0\n", defines)] * 2]
     # helper() of the first test is gone when the second runs; wrong code still fails after right code.
     assert scores == [1.0, 0.0, 0.0] * 2
-    # A sandbox per submission (each prepared during the grading before it, so one is left
-    # over), one driver for all.
-    assert len(opened) == 6 + 1 + 1
+    # A sandbox per submission (prepared during the gradings before it, so the one to three
+    # kept ahead are left over), one driver for all.
+    assert opened.count("driver") == 1
+    assert 6 + 1 <= opened.count("submission") <= 6 + grading._SPARES
+
+
+def test_sandboxes_prepared_ahead_follow_the_pace_of_gradings(local_backend, monkeypatch):
+    # Gradings that have to wait for their prepared sandbox keep more ahead (up to the most);
+    # once a prepared sandbox has waited long for its grading, one ahead is enough again.
+    from agentgym.sandbox.sandbox import Sandbox
+
+    prepare = Sandbox.prepare
+    monkeypatch.setattr(Sandbox, "prepare", lambda self: (time.sleep(0.05), prepare(self)))
+    monkeypatch.setattr(grading, "_SPARE_IDLE_S", 0.1)
+    with Grader(local_backend, LIMITS) as grader:
+        assert [grader.grade(HONEST["add"], TASKS["add"]).score for _ in range(4)] == [1.0] * 4
+        assert grader._chores._wanted == grading._SPARES
+        time.sleep(0.3)
+        assert grader.grade(HONEST["add"], TASKS["add"]).score == 1.0
+        assert grader._chores._wanted == 1
 
 
 def test_a_driver_that_died_idle_or_hung_is_replaced(local_backend):
