@@ -35,7 +35,7 @@ class GroupHandle:
     folders: list[str]
     procs_fds: list[int]
     limits: Limits | None = None  # what the folders' settings say now
-    lowered: bool = False  # cpu.idle is 1 (Cgroups.lower_priority)
+    idle: bool = False  # cpu.idle is 1 (Cgroups.set_idle)
 
 
 class Cgroups:
@@ -82,22 +82,23 @@ class Cgroups:
                 if handle.limits != limits:
                     for name, value in _settings(self.version, key, limits):
                         _write(os.path.join(folder, name), value)
-                if handle.lowered and key in ("cpu", "group"):
+                if handle.idle and key in ("cpu", "group"):
                     _write(os.path.join(folder, "cpu.idle"), "0")
                 handle.procs_fds.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
-            handle.limits, handle.lowered = limits, False
+            handle.limits, handle.idle = limits, False
         except OSError:
             with self._lock:
                 self._discard(handle)
             raise
         return handle
 
-    def lower_priority(self, handle: GroupHandle) -> None:
+    def set_idle(self, handle: GroupHandle, idle: bool) -> None:
         """Let the group's processes run only when nothing else wants the CPU (``cpu.idle``,
-        Linux 5.15 and later; elsewhere nothing changes). :meth:`create` undoes it on reuse."""
+        Linux 5.15 and later; elsewhere nothing changes), or as usual again. A reused group starts
+        as usual."""
         folder = handle.folders[list(self._bases).index("cpu")] if self.version == "v1" else handle.folders[0]
-        _write(os.path.join(folder, "cpu.idle"), "1")
-        handle.lowered = True
+        _write(os.path.join(folder, "cpu.idle"), "1" if idle else "0")
+        handle.idle = idle
 
     def release(self, handle: GroupHandle) -> None:
         """The workspace of ``handle`` closed: keep the group for another one, or remove it."""

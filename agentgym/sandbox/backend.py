@@ -92,10 +92,10 @@ class Backend(abc.ABC):
         """Set up ``workspace``'s next run under ``limits`` now, so that the next :meth:`start` with
         the same limits skips that work."""
 
-    def lower_priority(self, workspace: str) -> None:  # noqa: B027 - optional: where it cannot, programs keep their priority
-        """From now on, let ``workspace``'s programs use only CPU time nothing else wants: for
-        programs whose results are in and that are being ended, so that tearing them down does
-        not slow the work that comes next. Ends when the workspace closes."""
+    def set_idle_priority(self, workspace: str, idle: bool) -> None:  # noqa: B027 - optional: where it cannot, programs keep their priority
+        """Let ``workspace``'s programs use only CPU time nothing else wants (``idle``), or their
+        usual share again: for programs whose results are in and that are being ended, so that
+        tearing them down does not slow the work that comes next. A closed workspace ignores it."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -297,6 +297,8 @@ class _Chores:
         self._spares: deque[Future[_Spare | None]] = deque()  # oldest first
         self._most = most_spares
         self._wanted = 1
+        self._newest: Sandbox | None = None  # the last graded submission's sandbox handed over to be ended
+        self._idle: Sandbox | None = None  # the one being ended on idle CPU time, if any
 
     def take_spare(self) -> Sandbox | None:
         """The oldest prepared sandbox (waiting for it if it is still being prepared), or None.
@@ -346,22 +348,36 @@ class _Chores:
 
     def finish(self, box: Sandbox, process: SandboxProcess, cleanup: contextlib.ExitStack) -> None:
         """Kill ``process`` (of ``box``), reap it and run ``cleanup`` (its sandbox's close) in the
-        background."""
+        background; on idle CPU time while nothing else waits to be ended."""
 
         def end() -> None:
-            # Tearing down a run's memory costs about a millisecond of CPU, which the next
-            # grading needs more: the kernel does it when a core is idle.
-            with contextlib.suppress(Exception):  # best effort
-                box.lower_priority()
+            with self._lock:
+                # Tearing down a run's memory costs about a millisecond of CPU, which the next
+                # grading needs more: the kernel does it on idle CPU time, unless gradings already
+                # wait to be ended behind this one (then idle time is too scarce; see finish).
+                if self._newest is box:
+                    with contextlib.suppress(Exception):  # best effort
+                        box.set_idle_priority(True)
+                    self._idle = box
             with contextlib.suppress(Exception):  # a backend that died has stopped everything already
                 process.kill()
                 process.wait()
+            with self._lock:
+                if self._idle is box:
+                    self._idle = None
             with contextlib.suppress(Exception):
                 cleanup.close()
 
         self._forget_after_fork()
         with self._lock:
             lane = self._lane("finish")
+            self._newest = box
+            # The submission before this one is still being torn down on idle time, which is too
+            # scarce for it: it goes back to its usual share, so that ended submissions never pile up.
+            behind, self._idle = self._idle, None
+            if behind is not None:
+                with contextlib.suppress(Exception):
+                    behind.set_idle_priority(False)
         try:
             lane.submit(end)
         except RuntimeError:  # closed meanwhile: the caller does the work itself
@@ -396,6 +412,7 @@ class _Chores:
         # The lock may have been held by another thread at fork time, so the child gets a new one.
         if self._pid != os.getpid():
             self._pid, self._lanes, self._lock = os.getpid(), {}, threading.Lock()
+            self._newest = self._idle = None
             spares, self._spares = self._spares, deque()
             for future in spares:
                 if future.done() and (spare := future.result()) is not None:

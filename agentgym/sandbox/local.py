@@ -205,11 +205,11 @@ class LocalBackend(Backend):
         if group is not None:
             self._cgroups.release(group)  # reused once the workspace's last run has exited
 
-    def lower_priority(self, workspace: str) -> None:
+    def set_idle_priority(self, workspace: str, idle: bool) -> None:
         group = self._groups.get(workspace)
         if group is not None:
             with contextlib.suppress(OSError):  # a group that refuses keeps its priority
-                self._cgroups.lower_priority(group)
+                self._cgroups.set_idle(group, idle)
 
     def prepare(self, workspace: str, limits: Limits) -> None:
         """Start ``workspace``'s next run now; it waits for its request (see the module docstring)."""

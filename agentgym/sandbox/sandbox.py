@@ -144,11 +144,12 @@ class Sandbox:
             raise SandboxError("this sandbox is closed")
         self.backend.prepare(self._workspace, self.limits)
 
-    def lower_priority(self) -> None:
-        """From now on, the workspace's programs run only on CPU time nothing else wants (see
-        :meth:`Backend.lower_priority`): for programs that are done and about to be killed."""
+    def set_idle_priority(self, idle: bool) -> None:
+        """Let the workspace's programs run only on CPU time nothing else wants (``idle``), or
+        as usual again (see :meth:`Backend.set_idle_priority`): for programs that are done and
+        about to be killed. A closed sandbox ignores it."""
         if self._workspace is not None:
-            self.backend.lower_priority(self._workspace)
+            self.backend.set_idle_priority(self._workspace, idle)
 
     def close(self) -> None:
         """Delete the workspace (idempotent). The shared backend keeps serving other sandboxes."""

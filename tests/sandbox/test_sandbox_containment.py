@@ -239,7 +239,7 @@ def test_control_groups_are_private_reused_and_removed(local_backend):
     assert groups() == []
 
 
-def test_a_lowered_workspace_runs_on_idle_cpu_until_its_group_is_reused(local_backend):
+def test_an_idle_priority_workspace_keeps_running_until_its_group_is_reused(local_backend):
     _cgroups_or_skip(local_backend)
     backend = LocalBackend()
 
@@ -254,8 +254,11 @@ def test_a_lowered_workspace_runs_on_idle_cpu_until_its_group_is_reused(local_ba
     try:
         with Sandbox(backend, Limits(wall_time_s=5)) as box:
             assert cpu_idle(box) == "0"
-            box.lower_priority()
+            box.set_idle_priority(True)
             assert cpu_idle(box) == "1"
+            box.set_idle_priority(False)
+            assert cpu_idle(box) == "0"
+            box.set_idle_priority(True)
             assert box.run("print(sum(range(10**5)))").stdout == "4999950000\n"  # slower, never stopped
         with Sandbox(backend, Limits(wall_time_s=5)) as box:
             assert cpu_idle(box) == "0"  # the reused group is back to normal priority
@@ -285,7 +288,7 @@ def test_cgroup_v2_groups_get_every_controllers_limits(tmp_path, monkeypatch):
             return file.read()
 
     assert [read(name) for name in files[1:]] == [str(limits.episode_memory_bytes), "0", "9", "50000 100000", ""]
-    groups.lower_priority(handle)
+    groups.set_idle(handle, True)
     assert read("cpu.idle") == "1"
     groups.release(handle)
     assert groups.create(limits) is handle and read("cpu.idle") == "0"

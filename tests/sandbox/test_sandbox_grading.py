@@ -5,6 +5,8 @@ share no input with them. Each attack targets one way a naive harness is fooled;
 gain nothing.
 """
 
+import contextlib
+import threading
 import time
 
 import pytest
@@ -375,18 +377,54 @@ def test_what_a_submission_printed_is_kept_and_closing_ends_every_submission(loc
 
 def test_graded_submissions_are_ended_at_idle_priority(monkeypatch):
     # Killing a graded submission and tearing down its memory happen off the grading's path, on
-    # CPU time the next grading does not want: its workspace is lowered before the kill.
-    lowered, kills = [], []
+    # CPU time the next grading does not want: its workspace gets idle priority before the kill.
+    calls, kills = [], []
     backend = LocalBackend()
-    monkeypatch.setattr(backend, "lower_priority", lambda workspace: lowered.append((workspace, len(kills))))
+    monkeypatch.setattr(backend, "set_idle_priority", lambda workspace, idle: calls.append((workspace, idle, len(kills))))
     monkeypatch.setattr(backend, "kill", lambda run_id, kill=backend.kill: (kills.append(run_id), kill(run_id)))
     try:
         with Grader(backend, LIMITS) as grader:
-            assert [grader.grade(HONEST["add"], TASKS["add"]).score for _ in range(2)] == [1.0, 1.0]
+            assert grader.grade(HONEST["add"], TASKS["add"]).score == 1.0
+            grader._chores.close()  # the first has ended before the second is graded
+            assert grader.grade(HONEST["add"], TASKS["add"]).score == 1.0
     finally:
         backend.close()
-    assert len(lowered) == 2 and len({workspace for workspace, _ in lowered}) == 2
-    assert [killed_before for _, killed_before in lowered] == [0, 1]  # each before its own kill
+    assert [(idle, killed_before) for _, idle, killed_before in calls] == [(True, 0), (True, 1)]  # each before its own kill
+    assert len({workspace for workspace, _, _ in calls}) == 2
+
+
+class _Ending:
+    """A graded submission's sandbox and process whose end is held until ``ended`` is set."""
+
+    def __init__(self):
+        self.priorities, self.ended = [], threading.Event()
+
+    def set_idle_priority(self, idle):
+        self.priorities.append(idle)
+
+    def kill(self):
+        pass
+
+    def wait(self):
+        assert self.ended.wait(5)
+
+
+def test_ended_submissions_go_back_to_their_usual_share_when_the_next_one_comes():
+    # With idle CPU too scarce to end one graded submission before the next is graded, the older
+    # one gets its usual share back and the ones behind it are not lowered: none pile up.
+    chores = grading._Chores(1)
+    first, second, third = _Ending(), _Ending(), _Ending()
+    chores.finish(first, first, contextlib.ExitStack())
+    deadline = time.monotonic() + 5
+    while not first.priorities and time.monotonic() < deadline:  # its end has begun: lowered, then held
+        time.sleep(0.01)
+    chores.finish(second, second, contextlib.ExitStack())
+    chores.finish(third, third, contextlib.ExitStack())
+    for ending in (first, second, third):
+        ending.ended.set()
+    chores.close()
+    assert first.priorities == [True, False]  # restored when the next one came
+    assert second.priorities == [] and third.priorities == [True]  # only the newest goes idle
 
 
 def test_a_connected_driver_calls_the_submission_directly_and_survives_bad_ones(local_backend, monkeypatch):
