@@ -297,7 +297,7 @@ class _Chores:
         self._spares: deque[Future[_Spare | None]] = deque()  # oldest first
         self._most = most_spares
         self._wanted = 1
-        self._newest: Sandbox | None = None  # the last graded submission's sandbox handed over to be ended
+        self._waiting = 0  # graded submissions handed over to be ended, not yet being ended
         self._idle: Sandbox | None = None  # the one being ended on idle CPU time, if any
 
     def take_spare(self) -> Sandbox | None:
@@ -348,14 +348,15 @@ class _Chores:
 
     def finish(self, box: Sandbox, process: SandboxProcess, cleanup: contextlib.ExitStack) -> None:
         """Kill ``process`` (of ``box``), reap it and run ``cleanup`` (its sandbox's close) in the
-        background; on idle CPU time while nothing else waits to be ended."""
+        background; on idle CPU time while the ends asked for keep up."""
 
         def end() -> None:
             with self._lock:
+                self._waiting -= 1
                 # Tearing down a run's memory costs about a millisecond of CPU, which the next
-                # grading needs more: the kernel does it on idle CPU time, unless gradings already
-                # wait to be ended behind this one (then idle time is too scarce; see finish).
-                if self._newest is box:
+                # grading needs more: the kernel does it on idle CPU time, unless another graded
+                # submission already waits to be ended behind this one.
+                if self._waiting == 0:
                     with contextlib.suppress(Exception):  # best effort
                         box.set_idle_priority(True)
                     self._idle = box
@@ -371,13 +372,13 @@ class _Chores:
         self._forget_after_fork()
         with self._lock:
             lane = self._lane("finish")
-            self._newest = box
-            # The submission before this one is still being torn down on idle time, which is too
-            # scarce for it: it goes back to its usual share, so that ended submissions never pile up.
-            behind, self._idle = self._idle, None
-            if behind is not None:
+            self._waiting += 1
+            # Two submissions wait behind the one being torn down on idle time: idle time is too
+            # scarce, and it goes back to its usual share, so that graded submissions never pile up.
+            if self._idle is not None and self._waiting >= 2:
                 with contextlib.suppress(Exception):
-                    behind.set_idle_priority(False)
+                    self._idle.set_idle_priority(False)
+                self._idle = None
         try:
             lane.submit(end)
         except RuntimeError:  # closed meanwhile: the caller does the work itself
@@ -412,7 +413,7 @@ class _Chores:
         # The lock may have been held by another thread at fork time, so the child gets a new one.
         if self._pid != os.getpid():
             self._pid, self._lanes, self._lock = os.getpid(), {}, threading.Lock()
-            self._newest = self._idle = None
+            self._waiting, self._idle = 0, None
             spares, self._spares = self._spares, deque()
             for future in spares:
                 if future.done() and (spare := future.result()) is not None:

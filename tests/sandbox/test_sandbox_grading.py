@@ -6,6 +6,7 @@ gain nothing.
 """
 
 import contextlib
+import os
 import threading
 import time
 
@@ -354,12 +355,13 @@ def test_a_driver_that_died_idle_or_hung_is_replaced(local_backend):
     assert not grader._drivers.idle  # closing the grader stops its drivers
 
 
-def test_what_a_submission_printed_is_kept_and_closing_ends_every_submission(local_backend):
+def test_what_a_submission_printed_is_kept_and_closing_ends_every_submission():
     # Graded submissions are stopped and their workspaces deleted in the background; the grade
     # still carries what they wrote to standard error, and close() waits for that work.
     code = "import sys\nprint('loading', file=sys.stderr)\ndef add(a, b):\n    print('adding', a, b, file=sys.stderr)\n    return a + b\n"
-    before = _remaining()  # the fork server, and the module's grader's drivers
-    with Grader(local_backend, LIMITS) as grader:
+    backend = LocalBackend()  # its own: other tests' graders may still be preparing sandboxes
+    files = _left_files()
+    with Grader(backend, LIMITS) as grader:
         grades = [grader.grade(code, TASKS["add"]) for _ in range(3)]
     assert [g.score for g in grades] == [1.0] * 3
     for grade in grades:
@@ -372,7 +374,10 @@ def test_what_a_submission_printed_is_kept_and_closing_ends_every_submission(loc
             "adding 123 877",
             "adding -5 -6",
         ]
-    assert _remaining() <= before  # no submission's process, and not the prepared one, outlives close()
+    # No submission's process, not a prepared one, not a driver outlives close(): only the fork server is left.
+    assert len(_sandbox_processes(backend)) == 1
+    assert _left_files() <= files
+    backend.close()
 
 
 def test_graded_submissions_are_ended_at_idle_priority(monkeypatch):
@@ -409,9 +414,9 @@ class _Ending:
         assert self.ended.wait(5)
 
 
-def test_ended_submissions_go_back_to_their_usual_share_when_the_next_one_comes():
-    # With idle CPU too scarce to end one graded submission before the next is graded, the older
-    # one gets its usual share back and the ones behind it are not lowered: none pile up.
+def test_an_ended_submission_gets_its_usual_share_back_when_two_wait_behind_it():
+    # With idle CPU too scarce to end graded submissions as fast as they come, the one being
+    # ended gets its usual share back and the ones behind it are not lowered: none pile up.
     chores = grading._Chores(1)
     first, second, third = _Ending(), _Ending(), _Ending()
     chores.finish(first, first, contextlib.ExitStack())
@@ -423,8 +428,8 @@ def test_ended_submissions_go_back_to_their_usual_share_when_the_next_one_comes(
     for ending in (first, second, third):
         ending.ended.set()
     chores.close()
-    assert first.priorities == [True, False]  # restored when the next one came
-    assert second.priorities == [] and third.priorities == [True]  # only the newest goes idle
+    assert first.priorities == [True, False]  # restored when the second one waited behind it
+    assert second.priorities == [] and third.priorities == [True]  # the last, with nothing behind it, goes idle
 
 
 def test_a_connected_driver_calls_the_submission_directly_and_survives_bad_ones(local_backend, monkeypatch):
@@ -475,25 +480,43 @@ def test_without_descriptor_passing_the_grader_relays_every_call(local_backend, 
     assert [a["call"] for a in asked] == ["double"] * 4  # three calls, then the wrong answer's first
 
 
-def test_one_grader_serves_several_threads_at_once(local_backend):
+def test_one_grader_serves_several_threads_at_once():
     # Gradings on one grader from four threads: each takes its own driver and sandbox (a prepared
     # one when it is there), every verdict is right, and closing leaves no sandbox behind.
     from concurrent.futures import ThreadPoolExecutor
 
-    before = _remaining()
+    backend = LocalBackend()
+    files = _left_files()
     wrong = "def double(x):\n    return x + 2\n"  # right for 2 only
     jobs = [(DOUBLE, 1.0), (wrong, 0.0), ("raise SystemExit(0)\n", CRASH_SCORE)] * 8
-    with Grader(local_backend, LIMITS) as grader, ThreadPoolExecutor(4) as pool:
+    with Grader(backend, LIMITS) as grader, ThreadPoolExecutor(4) as pool:
         scores = list(pool.map(lambda job: grader.grade(job[0], HUMANEVAL_LIKE).score, jobs))
         assert 1 <= len(grader._drivers.idle) <= 4
     assert scores == [expected for _, expected in jobs]
-    assert _remaining() <= before
+    assert len(_sandbox_processes(backend)) == 1  # the fork server
+    assert _left_files() <= files
+    backend.close()
 
 
-def _remaining() -> set[str]:
-    # Processes by pid alone: one listed before (an earlier test's driver, say) may be exiting by
-    # the second look, when its command line reads empty.
-    return {entry.partition(": ")[0] if entry.startswith("process ") else entry for entry in leftovers()}
+def _sandbox_processes(backend: LocalBackend) -> set[int]:
+    """The processes under ``backend``'s launcher: its fork server and every sandbox it runs."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                parents[int(entry)] = int(handle.read().rpartition(")")[2].split()[1])
+        except (OSError, ValueError):
+            continue  # not a process, or one that exited meanwhile
+    found: set[int] = set()
+    frontier = {backend._proc.pid}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _left_files() -> set[str]:
+    return {entry for entry in leftovers() if entry.startswith("file ")}
 
 
 def test_a_chatty_honest_submission_is_not_slowed_down(local_backend):
