@@ -331,12 +331,13 @@ def test_sandboxes_prepared_ahead_follow_the_pace_of_gradings(local_backend, mon
     from agentgym.sandbox.sandbox import Sandbox
 
     prepare = Sandbox.prepare
-    monkeypatch.setattr(Sandbox, "prepare", lambda self: (time.sleep(0.05), prepare(self)))
+    # Preparing takes longer than a grading here, even on a loaded machine.
+    monkeypatch.setattr(Sandbox, "prepare", lambda self: (time.sleep(0.2), prepare(self)))
     monkeypatch.setattr(grading, "_SPARE_IDLE_S", 0.1)
     with Grader(local_backend, LIMITS) as grader:
         assert [grader.grade(HONEST["add"], TASKS["add"]).score for _ in range(4)] == [1.0] * 4
         assert grader._chores._wanted == grading._SPARES
-        time.sleep(0.3)
+        time.sleep(1.0)  # the three prepared meanwhile are all ready, the oldest for long enough
         assert grader.grade(HONEST["add"], TASKS["add"]).score == 1.0
         assert grader._chores._wanted == 1
 
