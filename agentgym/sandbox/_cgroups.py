@@ -35,7 +35,7 @@ class GroupHandle:
     folders: list[str]
     procs_fds: list[int]
     limits: Limits | None = None  # what the folders' settings say now
-    idle: bool = False  # cpu.idle is 1 (Cgroups.set_idle)
+    idle_priority: bool = False  # cpu.idle is 1 (Cgroups.set_idle_priority)
 
 
 class Cgroups:
@@ -82,23 +82,26 @@ class Cgroups:
                 if handle.limits != limits:
                     for name, value in _settings(self.version, key, limits):
                         _write(os.path.join(folder, name), value)
-                if handle.idle and key in ("cpu", "group"):
-                    _write(os.path.join(folder, "cpu.idle"), "0")
                 handle.procs_fds.append(os.open(os.path.join(folder, "cgroup.procs"), os.O_WRONLY | os.O_CLOEXEC))
-            handle.limits, handle.idle = limits, False
+            handle.limits = limits
+            if handle.idle_priority:  # left so by its last workspace
+                self.set_idle_priority(handle, False)
         except OSError:
             with self._lock:
                 self._discard(handle)
             raise
         return handle
 
-    def set_idle(self, handle: GroupHandle, idle: bool) -> None:
+    def set_idle_priority(self, handle: GroupHandle, idle: bool) -> None:
         """Let the group's processes run only when nothing else wants the CPU (``cpu.idle``,
         Linux 5.15 and later; elsewhere nothing changes), or as usual again. A reused group starts
         as usual."""
-        folder = handle.folders[list(self._bases).index("cpu")] if self.version == "v1" else handle.folders[0]
-        _write(os.path.join(folder, "cpu.idle"), "1" if idle else "0")
-        handle.idle = idle
+        _write(os.path.join(self.cpu_folder(handle), "cpu.idle"), "1" if idle else "0")
+        handle.idle_priority = idle
+
+    def cpu_folder(self, handle: GroupHandle) -> str:
+        """The folder of ``handle`` with the cpu controller's files (v2: its only one)."""
+        return handle.folders[list(self._bases).index("cpu")] if self.version == "v1" else handle.folders[0]
 
     def release(self, handle: GroupHandle) -> None:
         """The workspace of ``handle`` closed: keep the group for another one, or remove it."""

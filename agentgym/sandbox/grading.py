@@ -298,7 +298,7 @@ class _Chores:
         self._most = most_spares
         self._wanted = 1
         self._waiting = 0  # graded submissions handed over to be ended, not yet being ended
-        self._idle: Sandbox | None = None  # the one being ended on idle CPU time, if any
+        self._idle_priority_box: Sandbox | None = None  # the one being ended on idle CPU time, if any
 
     def take_spare(self) -> Sandbox | None:
         """The oldest prepared sandbox (waiting for it if it is still being prepared), or None.
@@ -359,13 +359,13 @@ class _Chores:
                 if self._waiting == 0:
                     with contextlib.suppress(Exception):  # best effort
                         box.set_idle_priority(True)
-                    self._idle = box
+                    self._idle_priority_box = box
             with contextlib.suppress(Exception):  # a backend that died has stopped everything already
                 process.kill()
                 process.wait()
             with self._lock:
-                if self._idle is box:
-                    self._idle = None
+                if self._idle_priority_box is box:
+                    self._idle_priority_box = None
             with contextlib.suppress(Exception):
                 cleanup.close()
 
@@ -375,10 +375,10 @@ class _Chores:
             self._waiting += 1
             # Two submissions wait behind the one being torn down on idle time: idle time is too
             # scarce, and it goes back to its usual share, so that graded submissions never pile up.
-            if self._idle is not None and self._waiting >= 2:
+            if self._idle_priority_box is not None and self._waiting >= 2:
                 with contextlib.suppress(Exception):
-                    self._idle.set_idle_priority(False)
-                self._idle = None
+                    self._idle_priority_box.set_idle_priority(False)
+                self._idle_priority_box = None
         try:
             lane.submit(end)
         except RuntimeError:  # closed meanwhile: the caller does the work itself
@@ -413,7 +413,7 @@ class _Chores:
         # The lock may have been held by another thread at fork time, so the child gets a new one.
         if self._pid != os.getpid():
             self._pid, self._lanes, self._lock = os.getpid(), {}, threading.Lock()
-            self._waiting, self._idle = 0, None
+            self._waiting, self._idle_priority_box = 0, None
             spares, self._spares = self._spares, deque()
             for future in spares:
                 if future.done() and (spare := future.result()) is not None:

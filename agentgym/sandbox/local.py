@@ -209,7 +209,7 @@ class LocalBackend(Backend):
         group = self._groups.get(workspace)
         if group is not None:
             with contextlib.suppress(OSError):  # a group that refuses keeps its priority
-                self._cgroups.set_idle(group, idle)
+                self._cgroups.set_idle_priority(group, idle)
 
     def prepare(self, workspace: str, limits: Limits) -> None:
         """Start ``workspace``'s next run now; it waits for its request (see the module docstring)."""

@@ -244,8 +244,7 @@ def test_an_idle_priority_workspace_keeps_running_until_its_group_is_reused(loca
     backend = LocalBackend()
 
     def cpu_idle(box):
-        group = backend._groups[box._workspace]
-        folder = dict(zip(backend._cgroups._bases, group.folders)).get("cpu", group.folders[0])
+        folder = backend._cgroups.cpu_folder(backend._groups[box._workspace])
         if not os.path.exists(f"{folder}/cpu.idle"):
             pytest.skip("this kernel has no cpu.idle (Linux 5.15 and later)")
         with open(f"{folder}/cpu.idle") as handle:
@@ -288,7 +287,7 @@ def test_cgroup_v2_groups_get_every_controllers_limits(tmp_path, monkeypatch):
             return file.read()
 
     assert [read(name) for name in files[1:]] == [str(limits.episode_memory_bytes), "0", "9", "50000 100000", ""]
-    groups.set_idle(handle, True)
+    groups.set_idle_priority(handle, True)
     assert read("cpu.idle") == "1"
     groups.release(handle)
     assert groups.create(limits) is handle and read("cpu.idle") == "0"
