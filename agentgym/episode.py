@@ -57,6 +57,12 @@ class RolloutSettings:
             ``"token_budget"`` and its trajectory ends after its last sampled turn, so it never
             exceeds the budget (unless the opening prompt alone does). None: no budget.
         temperature: sampling temperature; 0 decodes greedily.
+        error_temperature: sampling temperature of a turn that follows a failed tool call (the
+            previous step raised ``info["tool_errors"]``: a tool error or a seeded fault); ``None``
+            (the default): ``temperature``. An exploration aid for training: a decision the model
+            almost never gets right after an error (retrying a transient fault, say) is sampled
+            from a flatter distribution there, and only there. The loss still scores every token
+            at ``temperature``.
         top_p: nucleus mass in (0, 1].
         template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
         tool_mode: how tools are shown to the model (see :class:`agentgym.models.chat.ChatRenderer`).
@@ -66,6 +72,7 @@ class RolloutSettings:
     max_new_tokens: int = 256
     max_total_tokens: int | None = None
     temperature: float = 1.0
+    error_temperature: float | None = None
     top_p: float = 1.0
     template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     tool_mode: ToolMode = "auto"
@@ -81,6 +88,8 @@ class RolloutSettings:
             raise ValueError(f"tool_mode must be 'auto', 'template' or 'system_prompt'; got {self.tool_mode!r}")
         # Validates temperature and top_p with the backends' own rules.
         SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens)
+        if self.error_temperature is not None and not self.error_temperature > 0:
+            raise ValueError(f"error_temperature must be above 0 (or None); got {self.error_temperature}")
 
     def renderer(self, tokenizer: Any, tools: Sequence[Mapping[str, Any]]) -> ChatRenderer:
         """The chat renderer these settings describe, for ``tokenizer`` and an environment's tools."""
@@ -253,12 +262,17 @@ class TokenEpisode:
         self._expect("generate")
         self._seed = seed
         return SamplingParams(
-            temperature=self.settings.temperature,
-            top_p=self.settings.top_p,
-            max_new_tokens=self.room(),
-            seed=seed,
-            stop_token_ids=(self.renderer.eot_token_id,),
+            temperature=self.turn_temperature(), top_p=self.settings.top_p, max_new_tokens=self.room(), seed=seed, stop_token_ids=(self.renderer.eot_token_id,)
         )
+
+    def turn_temperature(self) -> float:
+        """The next turn's sampling temperature: ``error_temperature`` right after a step whose tool
+        call failed (its ``info["tool_errors"]`` rose), else ``temperature``."""
+        if self.settings.error_temperature is None or not self.turns:
+            return self.settings.temperature
+        errors = [int(turn["info"].get("tool_errors", 0)) for turn in self.turns[-2:]]
+        before = errors[0] if len(errors) == 2 else 0
+        return self.settings.error_temperature if errors[-1] > before else self.settings.temperature
 
     # -- playing ----------------------------------------------------------------------------
 

@@ -218,6 +218,8 @@ class RolloutSection(RolloutSettings):
     Attributes:
         temperature: sampling temperature; above 0, since GRPO compares the samples of a group
             (greedy groups have no variance).
+        error_temperature: sampling temperature of the turn after a failed tool call (``None``:
+            ``temperature``); exploration only, the loss scores every token at ``temperature``.
         split: task split the training tasks come from.
         task_ids: the training task pool; ``None`` (not an empty list) means every task of ``split``.
         num_tasks: distinct tasks per GRPO step, drawn from the pool in a seeded order that
@@ -466,6 +468,11 @@ def _combination_problems(c: TrainConfig) -> list[str]:
             c.grpo.old_logprobs != "sampling" or c.rollout.top_p == 1,
             "grpo.old_logprobs='sampling' needs rollout.top_p=1: top-p sampling logprobs are renormalised over "
             "the nucleus, so they are not the policy's logprobs (use 'recompute')",
+        ),
+        (
+            c.grpo.old_logprobs != "sampling" or c.rollout.error_temperature is None,
+            "grpo.old_logprobs='sampling' does not go with rollout.error_temperature: turns after a tool error are sampled "
+            "at another temperature than the loss uses (use 'recompute')",
         ),
         (
             not c.grpo.train_on_env_tokens or c.grpo.old_logprobs == "recompute",

@@ -475,6 +475,7 @@ def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, e
         max_new_tokens=r.max_new_tokens,
         max_total_tokens=r.max_total_tokens,
         temperature=temperature,
+        error_temperature=None if evaluation else r.error_temperature,
         top_p=r.top_p if temperature > 0 else 1.0,
         template_kwargs=r.template_kwargs,
         tool_mode=r.tool_mode,

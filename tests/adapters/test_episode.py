@@ -111,3 +111,29 @@ def test_pool_reuses_environments_per_make_key() -> None:
     assert pool.idle(spec) == 0
     with pytest.raises(ValueError, match="max_idle"):
         EnvPool(max_idle=-1)
+
+
+def test_error_temperature_applies_only_to_the_turn_after_a_failed_tool_call(tiny_tokenizer: Any) -> None:
+    import gymnasium as gym
+
+    # Every first sql call fails (a seeded transient fault, counted as a tool error) and the retry runs.
+    env = gym.make("agentgym/SQL-v0", split="train", fault_rate=1.0, max_consecutive_faults=1)
+    opening, _ = env.reset(seed=0)
+    settings = RolloutSettings(max_new_tokens=512, temperature=0.7, error_temperature=1.3)
+    episode = TokenEpisode(env, opening, settings.renderer(tiny_tokenizer, env.unwrapped.tools), settings)
+    call = '<tool_call>{"name": "sql", "arguments": {"query": "SELECT 1"}}</tool_call>'
+    seen = []
+    for text in (call, call, "no call at all", call):  # fault, retry runs, format error, fault again
+        seen.append(episode.sampling_params(seed=len(seen)).temperature)
+        episode.play_turn(tiny_tokenizer(text, add_special_tokens=False)["input_ids"])
+        if not episode.wants_generation:
+            break
+    seen.append(episode.sampling_params(seed=len(seen)).temperature)
+    counts = [(int(t["info"]["tool_errors"]), int(t["info"]["format_errors"])) for t in episode.turns]
+    assert counts[:2] == [(1, 0), (1, 0)]  # the fault, then the retry that ran
+    # First turn at 0.7; after the fault 1.3; after the retry that ran 0.7 again; a malformed turn
+    # (a format error, not a failed tool call) changes nothing; after the next fault 1.3.
+    assert seen == [0.7, 1.3, 0.7, 0.7, 1.3]
+    assert RolloutSettings(temperature=0.7).error_temperature is None
+    with pytest.raises(ValueError, match="error_temperature"):
+        RolloutSettings(error_temperature=0.0)

@@ -78,6 +78,8 @@ def test_bundled_configs_load() -> None:
         ({"sft.optim.lr": -1}, r"sft\.optim\.lr: must be > 0 \(got -1\)"),
         ({"rollout.temperature": 0}, r"rollout\.temperature: must be > 0 \(got 0\)"),
         ({"grpo.old_logprobs": "sampling", "rollout.top_p": 0.9}, r"old_logprobs='sampling' needs rollout\.top_p=1"),
+        ({"grpo.old_logprobs": "sampling", "rollout.error_temperature": 1.2}, r"old_logprobs='sampling' does not go with rollout\.error_temperature"),
+        ({"rollout.error_temperature": 0}, r"rollout\.error_temperature must be above 0"),
         ({"eval.patience": 2}, r"eval\.patience needs eval\.every >= 1"),
         ({"grpo.steps": 0}, r"nothing to do: .* --steps N"),
         ({"rollout": 3}, r"rollout: must be a dictionary"),
