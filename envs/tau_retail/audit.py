@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +53,7 @@ class TaskAudit:
         return self.do_nothing == 0 and self.transfer_first == 0
 
 
-def solved_by_nothing(task: dict[str, Any]) -> bool:
+def solved_by_nothing(task: Mapping[str, Any]) -> bool:
     """Whether ``task`` requires no output and its ground truth leaves the database unchanged."""
     return not task["outputs"] and _changes_nothing(json.dumps(task["actions"], sort_keys=True))
 
