@@ -22,6 +22,15 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--idle-timeout", type=float, default=600.0, metavar="SECONDS", help="close a silent session after this long (default 600)")
     p.add_argument("--workers", type=positive_int, help="threads running environment calls (default 4 per CPU)")
     p.add_argument("--token-env", metavar="VAR", help="require the bearer token held by this environment variable")
+    p.add_argument(
+        "--allow-root",
+        action="append",
+        dest="allowed_roots",
+        default=[],
+        metavar="DIR",
+        help="clients may name files inside this folder in make arguments (task files, models, caches; repeatable; default: none)",
+    )
+    p.add_argument("--insecure-no-token", action="store_true", help="serve on a non-loopback --host without --token-env (refused otherwise; logs a warning)")
     p.set_defaults(run=run)
 
 
@@ -43,9 +52,23 @@ def run(args: argparse.Namespace) -> int:
     unknown = [e for e in args.envs or [] if e not in gym.registry]
     if unknown:
         raise CLIError(f"unknown environment(s): {', '.join(unknown)}")
-    server = EnvServer(
-        args.host, args.port, token=token, allowed_envs=args.envs, max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout, workers=args.workers
-    )
+    missing = [root for root in args.allowed_roots if not os.path.isdir(root)]
+    if missing:
+        raise CLIError(f"--allow-root: not a folder: {', '.join(missing)}")
+    try:
+        server = EnvServer(
+            args.host,
+            args.port,
+            token=token,
+            allowed_envs=args.envs,
+            max_sessions=args.max_sessions,
+            idle_timeout_s=args.idle_timeout,
+            workers=args.workers,
+            allowed_roots=args.allowed_roots,
+            insecure=args.insecure_no_token,
+        )
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
 
     async def serve() -> None:
         loop = asyncio.get_running_loop()

@@ -17,6 +17,9 @@ op           request fields                              reply
 ``close``                                                ``closed``: true; the server closes the connection
 ===========  ==========================================  ===============================================
 
+``make``'s ``kwargs`` are checked against the environment's allow-list
+(:class:`agentgym.remote.arguments.ClientArguments`) before the environment is made.
+
 A request that fails gets ``{"error": {"type": NAME, "message": TEXT}}`` and the session goes on
 (``make`` excepted: a session without an environment is closed). ``type`` is one of
 :data:`ERROR_TYPES`; the client raises the matching exception.

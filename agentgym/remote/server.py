@@ -8,7 +8,10 @@ SQL query), so they run on a thread pool while the event loop keeps serving othe
 Limits: at most ``max_sessions`` open sessions (more are refused with ``ServerFull``), a session
 that sends nothing for ``idle_timeout_s`` is closed, messages are at most ``max_message_bytes``.
 With ``token`` set, every request (the WebSocket handshake and ``/metrics``) must carry
-``Authorization: Bearer <token>``; ``/healthz`` stays open for load balancers.
+``Authorization: Bearer <token>``; ``/healthz`` stays open for load balancers. Without a token the
+server listens only on a loopback address, unless ``insecure=True`` says otherwise (and it logs a
+warning). Clients choose only the ``make`` arguments :class:`~agentgym.remote.arguments.ClientArguments`
+allows: no server file outside the folders the operator allowed, no server resources.
 
 Closing the server (:meth:`EnvServer.close`, or SIGINT/SIGTERM under ``agentgym serve``) stops
 accepting, closes every connection and every session's environment, and joins its threads.
@@ -21,8 +24,10 @@ import collections
 import contextlib
 import functools
 import hmac
+import ipaddress
 import itertools
 import json
+import logging
 import os
 import threading
 import time
@@ -30,6 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from http import HTTPStatus
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -37,6 +43,7 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from agentgym.remote.arguments import ClientArguments
 from agentgym.remote.protocol import MAX_MESSAGE_BYTES, OPS, PROTOCOL, ProtocolError, dumps, loads
 from agentgym.remote.session import CLIENT_ENV_IDS, ServerFull, answer, environment_for, error_reply, hello
 
@@ -44,6 +51,7 @@ if TYPE_CHECKING:
     from agentgym.env import MadeEnv
 
 __all__ = ["EnvServer", "Metrics"]
+_log = logging.getLogger("agentgym.remote")
 _LATENCY_WINDOW = 4096  # step latencies kept for the percentiles
 _RATE_WINDOW_S = 10.0  # steps/s is measured over this many recent seconds
 
@@ -92,6 +100,13 @@ class EnvServer:
         idle_timeout_s: close a session that sends nothing for this long.
         max_message_bytes: largest message either way.
         workers: threads running environment calls (default: 4 per CPU).
+        allowed_roots: folders whose files clients may name in ``make`` arguments (task files, a
+            customer model, a reply cache); none by default (see :class:`ClientArguments`).
+        insecure: serve without ``token`` on an address other than loopback (refused otherwise).
+
+    Raises:
+        ValueError: for a limit out of range, or no ``token`` on a non-loopback ``host`` without
+            ``insecure``.
     """
 
     def __init__(
@@ -105,11 +120,20 @@ class EnvServer:
         idle_timeout_s: float = 600.0,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         workers: int | None = None,
+        allowed_roots: list[str | Path] | tuple[str | Path, ...] = (),
+        insecure: bool = False,
     ) -> None:
         import agentgym  # noqa: F401 - registers the environments
 
         if max_sessions < 1 or idle_timeout_s <= 0 or max_message_bytes < 1024:
             raise ValueError("max_sessions must be >= 1, idle_timeout_s > 0 and max_message_bytes >= 1024")
+        if token is None and not _is_loopback(host):
+            if not insecure:
+                raise ValueError(
+                    f"refusing to serve on {host!r} without a token: anyone who reaches it could run environments here; "
+                    "set a token (agentgym serve --token-env VAR), listen on 127.0.0.1, or pass insecure=True (--insecure-no-token)"
+                )
+            _log.warning("WARNING: serving on %r WITHOUT A TOKEN: anyone who can reach this port can open sessions and run environments here", host)
         self.host, self.port = host, port
         self.token = token
         self.allowed_envs = (
@@ -119,10 +143,12 @@ class EnvServer:
         self.idle_timeout_s = idle_timeout_s
         self.max_message_bytes = max_message_bytes
         self.workers = workers or 4 * (os.cpu_count() or 1)
+        self.arguments = ClientArguments.allowing(allowed_roots)
         self.name = f"agentgym-env-server-{next(_servers)}"  # its threads' names start with this
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=f"{self.name}-worker")
         self._ids = itertools.count(1)
         self._sessions: dict[str, MadeEnv] = {}
+        self._making = 0  # sessions whose environment is being made: they hold a place under max_sessions
         self._sessions_total = 0
         self._steps_total = 0
         self._step_times: collections.deque[float] = collections.deque(maxlen=_LATENCY_WINDOW)
@@ -299,9 +325,15 @@ class EnvServer:
                 await asyncio.get_running_loop().run_in_executor(self._pool, env.close)
 
     async def _make(self, request: dict[str, Any]) -> tuple[str, MadeEnv]:
-        if len(self._sessions) >= self.max_sessions:
+        # The place is taken before the first await and given back only once the session is
+        # registered or failed, so concurrent makes cannot all pass the check.
+        if len(self._sessions) + self._making >= self.max_sessions:
             raise ServerFull(f"the server holds its maximum of {self.max_sessions} sessions; try again later")
-        env = await self._call(lambda: environment_for(request, self.allowed_envs))
+        self._making += 1
+        try:
+            env = await self._call(lambda: environment_for(request, self.allowed_envs, self.arguments))
+        finally:
+            self._making -= 1
         session_id = f"s{next(self._ids)}"
         self._sessions[session_id] = env
         self._sessions_total += 1
@@ -327,6 +359,15 @@ class EnvServer:
             if env is not None:
                 with contextlib.suppress(Exception):
                     env.close()
+
+
+def _is_loopback(host: str | None) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host or "").is_loopback
+    except ValueError:  # a host name, or "" / None (every interface)
+        return False
 
 
 def _json_response(connection: ServerConnection, status: HTTPStatus, body: dict[str, Any]) -> Response:

@@ -8,6 +8,8 @@ the protocol's error reply.
 
 from __future__ import annotations
 
+import logging
+import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +18,9 @@ from agentgym.remote.protocol import ERROR_TYPES, PROTOCOL, ProtocolError
 
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
+    from agentgym.remote.arguments import ClientArguments
+
+_log = logging.getLogger("agentgym.remote")
 
 __all__ = ["CLIENT_ENV_IDS", "ServerFull", "answer", "environment_for", "error_reply", "hello"]
 
@@ -27,14 +32,29 @@ class ServerFull(Exception):
     """No room for another session."""
 
 
-def environment_for(request: dict[str, Any], allowed_envs: list[str]) -> MadeEnv:
-    """The environment a ``make`` request asks for, if it is allowed."""
+def environment_for(request: dict[str, Any], allowed_envs: list[str], arguments: ClientArguments | None = None) -> MadeEnv:
+    """The environment a ``make`` request asks for, if it is allowed.
+
+    With ``arguments`` (an untrusted client's request), only the arguments it allows are passed
+    on, and a failure to make the environment reaches the client as one generic line with a
+    reference: its details (which can tell which server files exist and what they hold) go to
+    the ``agentgym.remote`` log only. Without it (a Ray pool's actors, whose requests come from
+    the job that started them), every argument is passed on and errors keep their details.
+    """
     env_id, kwargs = request.get("env_id"), request.get("kwargs", {})
     if env_id not in allowed_envs:
         raise ValueError(f"unknown or disallowed environment {env_id!r}; offered: {', '.join(allowed_envs)}")
     if not isinstance(kwargs, dict):
         raise ProtocolError("'kwargs' must be a JSON object")
-    return make_env(env_id, **kwargs)
+    if arguments is None:
+        return make_env(env_id, **kwargs)
+    arguments.check(env_id, kwargs)
+    try:
+        return make_env(env_id, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - whatever it was, the client learns nothing of the server's files
+        reference = secrets.token_hex(4)
+        _log.warning("make %s for a client failed (reference %s): %s", env_id, reference, exc, exc_info=exc)
+        raise ValueError(f"cannot make {env_id} with these arguments; the server's log has the details (reference {reference})") from None
 
 
 def hello(session_id: str, env_id: str, env: MadeEnv) -> dict[str, Any]:

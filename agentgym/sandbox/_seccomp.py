@@ -13,8 +13,9 @@ by every child) makes these calls fail with ``EPERM``:
   ``chroot``, the new mount API), and ``clone`` with any namespace flag;
 - ``clone3`` fails with ``ENOSYS`` (its flags live in memory a filter cannot read), so C
   libraries fall back to ``clone``, whose flags it can;
-- file locks (``flock`` and ``fcntl`` record locks), ``inotify``, ``fanotify`` and
-  ``mincore``: covert channels between runs through the runtime files they all share;
+- file locks (``flock`` and ``fcntl`` record locks), file watches (``inotify``, ``fanotify``,
+  and ``fcntl``'s ``F_NOTIFY``), leases (``fcntl``'s ``F_SETLEASE``) and ``mincore``: covert
+  channels between runs through the runtime files they all share;
 - ``socket`` and ``socketpair`` for any family but ``AF_UNIX``, ``AF_INET`` and ``AF_INET6``
   (the network namespace isolates those; ``AF_VSOCK``, ``AF_NETLINK``, ``AF_PACKET`` and the
   others reach the host or the hypervisor), with ``EAFNOSUPPORT``.
@@ -215,10 +216,12 @@ _DENIED = [
     "fanotify_mark",
     "mincore",
 ]
-# fcntl record locks (F_GETLK, F_SETLK, F_SETLKW and their open-file-description forms): a read
-# lock on a runtime file is visible to every other run. The lock type lives in memory the
-# filter cannot read, so all of them get EPERM (which SQLite reports at once, not as "busy").
-_FCNTL_LOCKS = (5, 6, 7, 36, 37, 38)
+# fcntl commands refused: record locks (F_GETLK, F_SETLK, F_SETLKW and their open-file-description
+# forms), because a read lock on a runtime file is visible to every other run (the lock type lives
+# in memory the filter cannot read, so all of them get EPERM, which SQLite reports at once, not as
+# "busy"); F_SETLEASE, whose lease breaks when another process opens the file; and F_NOTIFY
+# (dnotify), which signals a run when any process reads or changes a file in a watched folder.
+_FCNTL_DENIED = (5, 6, 7, 36, 37, 38, 1024, 1026)
 _SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 _CLONE_NAMESPACES = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x02000000  # NEWNS..NEWNET, NEWCGROUP
 
@@ -274,7 +277,7 @@ def _program(machine: str) -> list[tuple[int, int, int, int]]:
             (_RET_K, 0, 0, _RET_ALLOW),
             (_LD_W_ABS, 0, 0, _NR),  # not this call: reload the number for the next check
         ]
-    checks = [(_JEQ_K, len(_FCNTL_LOCKS) - i, 0, command) for i, command in enumerate(_FCNTL_LOCKS)]
+    checks = [(_JEQ_K, len(_FCNTL_DENIED) - i, 0, command) for i, command in enumerate(_FCNTL_DENIED)]
     prog += [(_JEQ_K, 0, len(checks) + 3, numbers["fcntl"]), (_LD_W_ABS, 0, 0, _ARG1_LOW), *checks, (_RET_K, 0, 0, _RET_ALLOW), (_RET_K, 0, 0, errno_eperm)]
     prog.append((_RET_K, 0, 0, _RET_ALLOW))
     return prog

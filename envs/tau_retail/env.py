@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from agentgym.env import Message, ToolEnv
+from agentgym.envs.tau_retail.audit import solved_by_nothing
 from agentgym.envs.tau_retail.data import RetailDB, read_bundled
 from agentgym.envs.tau_retail.llm_user import LLMCustomer, LLMUser, ResponseCache
-from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, WRITE_TOOLS, RetailTools
+from agentgym.envs.tau_retail.tools import WRITE_TOOLS, RetailTools, replay_ground_truth
 from agentgym.envs.tau_retail.users import STOP, USER_MODES, Progress, make_user, target_record
 from agentgym.envs.tau_retail.violations import PolicyViolations, record_owner
 from agentgym.models import GenerationBackend
@@ -24,6 +27,12 @@ from agentgym.verifiers import RewardResult
 # agentgym split -> τ-bench split
 UPSTREAM_SPLITS = {"train": "train", "val": "dev", "test": "test"}
 WIKI = (resources.files("agentgym.tasks") / "tau_retail" / "wiki.md").read_text(encoding="utf-8")
+# With strict=True, a message states required outputs only if it is at most this long and names at
+# most this many distinct numbers: one message listing every amount from 0.00 to 999.99 would
+# otherwise "state" any amount a task requires.
+STRICT_MAX_MESSAGE_CHARS = 2000
+STRICT_MAX_NUMBERS = 20
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
 @functools.cache
@@ -104,7 +113,7 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
     ## Info
 
     Besides the shared counts: ``policy_violations``, the violations of the written policy so far, and
-    ``policy_violations_by_rule`` (``unconfirmed_write``, ``other_customer``, ``wrong_status``; the
+    ``policy_violations_by_rule`` (``unconfirmed_write``, ``other_customer``, ``unauthenticated``, ``wrong_status``; the
     rules are defined in :mod:`agentgym.envs.tau_retail.violations`). With ``user="llm"``:
     ``user_errors``, how many customer replies the model failed to give (each replaced by a fixed
     fallback line), and ``user_error``, the latest failure's message (``None`` without one).
@@ -114,6 +123,12 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
     ``split``, ``tasks`` (a JSONL path or list of tasks in this env's task format), ``task_ids``,
     ``max_turns`` (default 30), ``max_tool_calls`` per turn (default 1), ``render_mode``
     (``"ansi"``), ``user`` (``"scripted"``, the default, ``"ticket"`` or ``"llm"``).
+
+    ``strict`` (default ``False``, so that scores stay comparable with upstream τ-bench): drop the
+    tasks that an agent doing nothing, or transferring to a human at once, solves (their ground truth
+    leaves the database unchanged and requires no output: 13 of the 635; see
+    :mod:`agentgym.envs.tau_retail.audit`), and count a required output as said only in a message of
+    at most 2,000 characters naming at most 20 distinct numbers. Use it for training.
 
     For ``user="llm"`` only:
 
@@ -146,6 +161,7 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
         user_temperature: float = 0.0,
         user_seed: int = 0,
         user_cache: ResponseCache | str | Path | None = None,
+        strict: bool = False,
         **kwargs: Any,
     ):
         if user not in USER_MODES:
@@ -155,6 +171,7 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
         if user != "llm" and given:
             raise ValueError(f"{', '.join(given)} only apply to user='llm'")
         self.user_mode = user
+        self.strict = bool(strict)
         self.customer = (
             LLMCustomer(backend=user_backend, model=user_model, temperature=user_temperature, seed=user_seed, cache=user_cache) if user == "llm" else None
         )
@@ -168,6 +185,15 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
 
     def load_split(self, split: str) -> list[TauRetailTask]:
         return self.load_tasks(upstream_tasks(split))
+
+    def load_tasks(self, source: str | Path | Sequence[dict[str, Any]]) -> list[TauRetailTask]:
+        tasks = super().load_tasks(source)
+        if not self.strict:
+            return tasks
+        kept = [task for task in tasks if not solved_by_nothing(task)]
+        if not kept:
+            raise ValueError("strict=True leaves no task: an agent that does nothing solves every one of these")
+        return kept
 
     # ------------------------------------------------------------------ episode lifecycle
 
@@ -240,17 +266,16 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
         on fresh data, terminate tools skipped, refusals ignored."""
         if self._expected is None:
             assert self.task is not None
-            replay = RetailTools(RetailDB())
-            for action in self.task["actions"]:
-                if action["name"] not in TERMINATE_TOOLS:
-                    replay.call(action["name"], action["kwargs"])
-            self._expected = replay.db
+            self._expected = replay_ground_truth(self.task["actions"])
         return self._expected
 
     def missing_outputs(self) -> list[str]:
-        """The task's required outputs that no message of the agent to the customer contains."""
+        """The task's required outputs that no message of the agent to the customer contains (with
+        ``strict``, no message within :data:`STRICT_MAX_MESSAGE_CHARS` and :data:`STRICT_MAX_NUMBERS`)."""
         assert self.task is not None
         said = [reply.lower().replace(",", "") for reply in self.replies]
+        if self.strict:
+            said = [text for text in said if len(text) <= STRICT_MAX_MESSAGE_CHARS and len(set(_NUMBER.findall(text))) <= STRICT_MAX_NUMBERS]
         return [output for output in self.task["outputs"] if not any(output.lower() in text for text in said)]
 
     def _progress(self) -> Progress:

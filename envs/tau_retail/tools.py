@@ -28,7 +28,7 @@ from typing import Any, Literal, get_args
 from agentgym.envs.tau_retail.data import Record, RetailDB
 from agentgym.tools import ToolError, tool, tools_of
 
-__all__ = ["TERMINATE_TOOLS", "WRITE_TOOLS", "RetailTools", "calculate_expression"]
+__all__ = ["TERMINATE_TOOLS", "WRITE_TOOLS", "RetailTools", "calculate_expression", "replay_ground_truth"]
 
 CancelReason = Literal["no longer needed", "ordered by mistake"]
 
@@ -315,6 +315,16 @@ class RetailTools:
 
 
 _TOOL_FUNCTIONS: dict[str, Callable[..., str]] = {t.name: t.fn for t in tools_of(RetailTools)}
+
+
+def replay_ground_truth(actions: list[dict[str, Any]]) -> RetailDB:
+    """The database after a task's ground-truth ``actions``, replayed as τ-bench's reward does:
+    on fresh data, terminate tools skipped, refusals ignored."""
+    replay = RetailTools(RetailDB())
+    for action in actions:
+        if action["name"] not in TERMINATE_TOOLS:
+            replay.call(action["name"], action["kwargs"])
+    return replay.db
 
 
 # ------------------------------------------------------------------------------ helpers

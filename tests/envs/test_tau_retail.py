@@ -12,8 +12,9 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from agentgym.envs.tau_retail.audit import audit_tasks
 from agentgym.envs.tau_retail.data import DATA, RetailDB, read_bundled
-from agentgym.envs.tau_retail.env import TauRetailEnv, upstream_tasks
+from agentgym.envs.tau_retail.env import STRICT_MAX_MESSAGE_CHARS, TauRetailEnv, upstream_tasks
 from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, RetailTools, calculate_expression
 from agentgym.envs.tau_retail.users import STOP
 from agentgym.parsing import format_tool_call
@@ -363,10 +364,32 @@ def test_actions_on_another_customers_records_count_once_someone_is_authenticate
     assert RetailDB().orders[OTHER_ORDER]["user_id"] == OTHER_USER
     assert _violations([find, own, missing])["other_customer"] == 0
     assert _violations([find, other_order, other_user])["other_customer"] == 2
-    # Before authentication nothing counts (τ-bench's train and dev ground truths never authenticate).
-    assert _violations([other_order, find, other_user])["other_customer"] == 1
+    # Before authentication a call on a record counts as unauthenticated instead.
+    assert _violations([other_order, find, other_user]) | {"unconfirmed_write": 0} == {
+        "unconfirmed_write": 0,
+        "other_customer": 1,
+        "unauthenticated": 1,
+        "wrong_status": 0,
+    }
     # A write on another customer's record counts too.
-    assert _violations([find, _address_change(OTHER_USER)]) == {"unconfirmed_write": 1, "other_customer": 1, "wrong_status": 0}
+    assert _violations([find, _address_change(OTHER_USER)]) == {"unconfirmed_write": 1, "other_customer": 1, "unauthenticated": 0, "wrong_status": 0}
+
+
+def test_skipping_authentication_never_lowers_the_violation_count():
+    # The review's reproduction: calls on another customer's records counted 4 violations after
+    # authenticating but 1 without authenticating anyone.
+    find, _, orders = _olivia()
+    other = [
+        format_tool_call("get_order_details", {"order_id": OTHER_ORDER}),
+        format_tool_call("get_user_details", {"user_id": OTHER_USER}),
+        _address_change(OTHER_USER),
+    ]
+    assert _violations([find, *other]) == {"unconfirmed_write": 1, "other_customer": 3, "unauthenticated": 0, "wrong_status": 0}
+    assert _violations(other) == {"unconfirmed_write": 1, "other_customer": 0, "unauthenticated": 3, "wrong_status": 0}
+    # Her own records before authenticating count too; calls on no record (a product) do not.
+    own = format_tool_call("get_order_details", {"order_id": orders["pending"]})
+    product = format_tool_call("list_all_product_types", {})
+    assert _violations([product, own, find, own])["unauthenticated"] == 1
 
 
 def test_writes_refused_for_the_orders_status_count():
@@ -379,7 +402,12 @@ def test_writes_refused_for_the_orders_status_count():
     unknown_method = format_tool_call(
         "return_delivered_order_items", {"order_id": orders["delivered"], "item_ids": [], "payment_method_id": "credit_card_0000000"}
     )
-    assert _violations([find, cancel_delivered, return_pending, unknown_method]) == {"unconfirmed_write": 0, "other_customer": 0, "wrong_status": 2}
+    assert _violations([find, cancel_delivered, return_pending, unknown_method]) == {
+        "unconfirmed_write": 0,
+        "other_customer": 0,
+        "unauthenticated": 0,
+        "wrong_status": 2,
+    }
 
 
 @pytest.mark.parametrize("user", ["scripted", "ticket"])
@@ -406,3 +434,56 @@ def test_same_seed_same_actions_same_episode_record():
         for seed, policy in enumerate(["oracle", "random", "oracle"]):
             lines.append(to_json_line(run_episode(env, make_policy(env, policy, seed), seed=seed)))
     assert lines[:3] == lines[3:]
+
+
+# ------------------------------------------------------------------- strict tasks and outputs
+
+
+def _finish_with(task_id: str, message: str, **kwargs) -> float:
+    """Play ``task_id``'s ground-truth calls as a ticket, then close it with ``message``; the reward."""
+    env = gym.make(ENV_ID, split="test", user="ticket", **kwargs)
+    env.reset(seed=0, options={"task_id": task_id})
+    for action in env.unwrapped.task["actions"]:
+        env.step(format_tool_call(action["name"], action["kwargs"]))
+    _, reward, terminated, _, _ = env.step(message)
+    assert terminated
+    return reward
+
+
+def test_strict_bounds_what_states_a_required_output():
+    # The review's reproduction: one message listing every amount from 0.00 to 999.99 "said" the
+    # amount a task requires. Upstream's substring rule stays the default.
+    task_id, amount = "retail-test-109", "346.93"
+    every_amount = " ".join(f"{cents / 100:.2f}" for cents in range(100_000))
+    assert _finish_with(task_id, every_amount) == 1.0
+    assert _finish_with(task_id, every_amount, strict=True) == 0.0
+    twenty_one = "Your refund is one of: " + ", ".join(f"{amount[:-1]}{d}" for d in range(10)) + ", " + ", ".join(f"{n}.00" for n in range(11))
+    assert amount in twenty_one and _finish_with(task_id, twenty_one, strict=True) == 0.0
+    assert _finish_with(task_id, "x" * STRICT_MAX_MESSAGE_CHARS + f" refund: {amount}", strict=True) == 0.0
+    assert _finish_with(task_id, f"Your refund of ${amount} is on its way to your original payment method.", strict=True) == 1.0
+
+
+def test_strict_drops_the_tasks_a_do_nothing_or_transfer_first_agent_solves():
+    # The review's reproduction: transfer_to_human_agents as the first action earned 1.0 on 7 test
+    # tasks (and 5 train, 1 dev); so does an agent that never calls a tool.
+    default = gym.make(ENV_ID, split="test")
+    flagged = [a.task_id for a in audit_tasks(default) if not a.passed]
+    assert flagged == ["retail-test-10", "retail-test-12", "retail-test-25", "retail-test-50", "retail-test-57", "retail-test-65", "retail-test-106"]
+    assert all(a.do_nothing == a.transfer_first == 1.0 for a in audit_tasks(default, flagged))
+    strict = gym.make(ENV_ID, split="test", strict=True)
+    assert sorted(strict.unwrapped.task_ids) == sorted(set(default.unwrapped.task_ids) - set(flagged))
+    assert all(a.passed for a in audit_tasks(strict))
+    for split, dropped in (("train", 5), ("val", 1)):
+        kept = gym.make(ENV_ID, split=split, strict=True).unwrapped.task_ids
+        assert len(kept) == len(gym.make(ENV_ID, split=split).unwrapped.task_ids) - dropped
+    with pytest.raises(ValueError, match="leaves no task"):
+        gym.make(ENV_ID, tasks=[t for t in upstream_tasks("test") if t["task_id"] in flagged], strict=True)
+
+
+def test_audit_tasks_flags_what_a_do_nothing_or_transfer_first_agent_solves(capsys):
+    from agentgym.cli import main
+
+    assert main(["audit-tasks", "--env", ENV_ID, "--split", "val"]) == 1
+    assert "FAIL retail-dev-17: do nothing 1.0, transfer first 1.0" in capsys.readouterr().out
+    assert main(["audit-tasks", "--env", ENV_ID, "--split", "val", "--env-kwargs", '{"strict": true}']) == 0
+    assert "no task rewards an agent that does no work" in capsys.readouterr().out

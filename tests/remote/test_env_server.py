@@ -4,6 +4,8 @@ malformed requests answered without harm, limits, authentication and a clean shu
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -226,3 +228,139 @@ def test_an_adapter_spec_makes_a_remote_environment(server):
     local = EpisodeSpec(env_id="agentgym/SQL-v0", task_id=task_id, split="val", seed=2)
     assert observation == local.reset(local.make())[0]
     env.close()
+
+
+# ---------------------------------------------------------------------- security review (issue #35)
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.0.2.7", "envs-0.internal", ""])
+def test_a_server_without_a_token_refuses_to_listen_beyond_loopback(host, caplog):
+    with pytest.raises(ValueError, match="without a token"):
+        EnvServer(host)
+    EnvServer(host, token="s3cret").close()  # with a token, any interface
+    with caplog.at_level("WARNING", logger="agentgym.remote"):
+        EnvServer(host, insecure=True).close()  # said explicitly: allowed, and loudly
+    assert "WITHOUT A TOKEN" in caplog.text
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.2", "::1", "localhost"])
+def test_a_server_without_a_token_may_listen_on_loopback(host, caplog):
+    with caplog.at_level("WARNING", logger="agentgym.remote"):
+        EnvServer(host).close()
+    assert not caplog.text
+
+
+def test_the_cli_refuses_a_public_bind_without_a_token(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "agentgym.cli", "serve", "--host", "0.0.0.0", "--port", "0"], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "without a token" in result.stderr, result.stderr
+
+
+def _task_file(folder, name: str, records: list[dict]) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+SQL_TASK = {"task_id": "probe-1", "question": "How many?", "answer": "3", "answer_type": "int", "sql": "select 3", "template": "probe", "difficulty": 1}
+
+
+def test_clients_cannot_read_server_files_through_make_arguments(tmp_path):
+    # The review's reproduction: tasks=PATH loaded any JSONL file the server could read and the
+    # `tasks` request returned its records; links and '..' must not get around the roots either.
+    secret = _task_file(tmp_path / "private", "secret.jsonl", [{**SQL_TASK, "question": "the launch code is 0000"}])
+    allowed = tmp_path / "allowed"
+    inside = _task_file(allowed, "tasks.jsonl", [SQL_TASK])
+    (allowed / "link.jsonl").symlink_to(secret)
+    with EnvServer() as closed_server:
+        with pytest.raises(ValueError, match="names a location on the server"):
+            remote(closed_server, "agentgym/SQL-v0", tasks=secret)
+        with pytest.raises(ValueError, match="names a location on the server"):
+            remote(closed_server, "agentgym/SQL-v0", tasks=inside)  # no roots named: no file at all
+    with EnvServer(allowed_roots=[allowed]) as open_server:
+        for outside in (secret, str(allowed / "link.jsonl"), str(allowed / ".." / "private" / "secret.jsonl"), "private/secret.jsonl"):
+            with pytest.raises(ValueError, match="outside the folders this server allows"):
+                remote(open_server, "agentgym/SQL-v0", tasks=outside)
+        env = remote(open_server, "agentgym/SQL-v0", tasks=inside)
+        assert env.unwrapped.task_ids == ["probe-1"]
+        env.close()
+        env = remote(open_server, "agentgym/SQL-v0", tasks=[SQL_TASK])  # inline tasks are the client's own
+        assert env.unwrapped.task_ids == ["probe-1"]
+        env.close()
+
+
+def test_make_errors_tell_clients_nothing_about_server_files(tmp_path, caplog):
+    # Loader errors said which files exist and listed their JSON keys.
+    allowed = tmp_path / "allowed"
+    keys = _task_file(allowed, "keys.jsonl", [{"aws_secret_access_key": "x", "task_id": "k"}])
+    messages = []
+    with EnvServer(allowed_roots=[allowed]) as server, caplog.at_level("WARNING", logger="agentgym.remote"):
+        for path in (keys, str(allowed / "missing.jsonl")):
+            with pytest.raises(ValueError, match="the server's log has the details") as refused:
+                remote(server, "agentgym/CodeExec-v0", tasks=path)
+            messages.append(str(refused.value))
+    assert not any(word in message for message in messages for word in ("aws_secret", "not found", "record", "missing.jsonl"))
+    assert "aws_secret_access_key" in caplog.text and "task file not found" in caplog.text  # the operator sees why
+
+
+@pytest.mark.parametrize(
+    "served, kwargs, fragment",
+    [
+        ("agentgym/CodeExec-v0", {"backend": "docker"}, "may not set 'backend'"),
+        ("agentgym/CodeExec-v0", {"limits": {"wall_time_s": 1e6}}, "may not set 'limits'"),
+        ("agentgym/SQL-v0", {"tool_cache": "process"}, "may not set 'tool_cache'"),
+        ("agentgym/TauRetail-v0", {"user_cache": "/tmp/customer.jsonl"}, "'user_cache' names a location"),
+        ("agentgym/TauRetail-v0", {"user": "llm", "user_model": "/root/models/private"}, "'user_model' names a location"),
+        ("agentgym/Refund-v0", {"tasks": [1, 2]}, "must hold JSON objects"),
+    ],
+)
+def test_clients_set_only_allow_listed_arguments(server, served, kwargs, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        remote(server, served, **kwargs)
+
+
+def test_allow_listed_arguments_still_work(server):
+    env = remote(server, "agentgym/CodeExec-v0", tasks="humaneval", max_turns=3)  # a bundled set by name
+    assert env.unwrapped.max_turns == 3 and len(env.unwrapped.task_ids) == 164
+    env.close()
+    env = remote(server, "agentgym/MockAPI-v0", split="val", fault_rate=0.2, max_turns=4)
+    assert env.reset(seed=0)[0]
+    env.close()
+
+
+def test_the_session_limit_holds_under_concurrent_makes(monkeypatch):
+    # The review's reproduction: --max-sessions 2 and 12 concurrent makes opened 12 sessions,
+    # because the limit was checked before the environment was made and counted after.
+    import agentgym.remote.server as server_module
+
+    made = server_module.environment_for
+
+    def slow(*args, **kwargs):
+        time.sleep(0.3)
+        return made(*args, **kwargs)
+
+    monkeypatch.setattr(server_module, "environment_for", slow)
+    with EnvServer(max_sessions=2, workers=12) as limited:
+
+        def open_one(_: int) -> gym.Env | str:
+            try:
+                return remote(limited, "agentgym/SQL-v0")
+            except RemoteEnvError as exc:
+                return str(exc)
+
+        with ThreadPoolExecutor(12) as pool:
+            outcomes = list(pool.map(open_one, range(12)))
+        opened = [o for o in outcomes if not isinstance(o, str)]
+        assert len(opened) == 2 and all("maximum of 2 sessions" in o for o in outcomes if isinstance(o, str)), outcomes
+        assert http_get(limited, "/healthz")[1]["sessions"] == 2
+        for env in opened:
+            env.close()
+        failing = EnvServer(max_sessions=1)  # a make that fails gives its place back
+    with failing:
+        for _ in range(3):
+            with pytest.raises(ValueError):
+                remote(failing, "agentgym/SQL-v0", split="nope")
+        env = remote(failing, "agentgym/SQL-v0")
+        env.close()

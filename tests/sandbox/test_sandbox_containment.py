@@ -1,5 +1,6 @@
 """What sandboxed code cannot do: the attack catalogue's resource and escape attacks, run for real."""
 
+import fcntl
 import os
 import socket
 import threading
@@ -426,6 +427,25 @@ def test_covert_channels_through_runtime_files_are_closed(local_backend, fast):
     with Sandbox(local_backend, fast) as box:
         result = box.run(code)
     assert result.stdout.splitlines() == ["EPERM"] * 4 + ["-1 EPERM"] * 2 + ["True", "(1,)"], result
+
+
+def test_folder_watches_and_leases_are_refused(local_backend, fast):
+    # The review's reproduction: fcntl(F_NOTIFY) on a runtime folder signalled a run whenever any
+    # other run (or the host) read a file there, and concurrent episodes passed 7 of 8 bits that
+    # way. A lease (F_SETLEASE) breaks when another process opens the file: the same kind of channel.
+    code = (
+        "import errno, fcntl, os\n"
+        "def attempt(call):\n    try:\n        call()\n        return 'allowed'\n"
+        "    except OSError as exc:\n        return errno.errorcode[exc.errno]\n"
+        "folder = os.open(os.path.dirname(os.__file__), os.O_RDONLY)\n"
+        "print(attempt(lambda: fcntl.fcntl(folder, fcntl.F_NOTIFY, fcntl.DN_ACCESS | fcntl.DN_MULTISHOT)))\n"
+        "open('leased', 'w').close()\nowned = os.open('leased', os.O_RDONLY)\n"  # a file of its own: a lease is allowed unfiltered
+        "print(attempt(lambda: fcntl.fcntl(owned, fcntl.F_SETLEASE, fcntl.F_RDLCK)))\n"
+        "print(fcntl.fcntl(owned, fcntl.F_GETLEASE))\n"  # reading one's own lease state reaches no one
+    )
+    with Sandbox(local_backend, fast) as box:
+        result = box.run(code)
+    assert result.stdout.splitlines() == ["EPERM", "EPERM", str(fcntl.F_UNLCK)], result
 
 
 def test_episodes_cannot_reach_each_other_over_sockets(local_backend, fast):
