@@ -5,8 +5,9 @@ episode has done it. This measures how rare that is: it plays the experiment's G
 greedily with every first ``sql`` call failing (``fault_rate: 1`` capped at one fault in a row), and
 in the turn after the fault it reads the model's next-token distribution where the call's argument
 name is chosen: ``query`` (``sql`` again: the retry) or ``text`` (``answer``: giving up with a
-guess). It prints, per model, the mean probability of the retry's token at sampling temperatures
-1.0 and 0.7, and the expected retries among a GRPO phase's fault decisions (``--decisions``: the
+guess). It prints, per model, the mean probability of the retry's token at each sampling
+temperature of ``--temperatures`` (default 0.7 and 1.0; the candidates for ``error_temperature``,
+the temperature of the turn after a failed call, are measured here), and the expected retries among a GRPO phase's fault decisions (``--decisions``: the
 experiment's 10 steps x 16 episodes at a fault rate of 0.5 meet about 80). Training tasks only; one
 model after another in the same run, so the figures compare directly:
 
@@ -31,6 +32,7 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=16, help="GRPO training tasks to play, one episode each")
     parser.add_argument("--decisions", type=int, default=80, help="fault decisions of a GRPO phase, for the expected retries")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--temperatures", default="0.7,1.0", help="comma-separated sampling temperatures to read P(retry) at")
     args = parser.parse_args()
 
     import torch
@@ -49,7 +51,9 @@ def main() -> None:
     for path in args.models:
         model, tokenizer = load_model(path, device="cpu")
         retry, give_up = (tokenizer.encode(word, add_special_tokens=False)[0] for word in ("query", "text"))
-        at_1, at_07, greedy_retries = [], [], 0
+        temperatures = [float(t) for t in args.temperatures.split(",")]
+        at: dict[float, list[float]] = {t: [] for t in temperatures}
+        greedy_retries = 0
         for episode in RolloutRunner(HFBackend(model, tokenizer)).run(config):
             if len(episode.turns) < 2:
                 continue  # the first turn answered or broke the format: no fault met
@@ -61,17 +65,16 @@ def main() -> None:
             greedy_retries += sampled[where] == retry
             with torch.no_grad():
                 logits = model(torch.tensor([[*after["prompt_ids"], *sampled[:where]]])).logits[0, -1].float()
-            at_1.append(torch.softmax(logits, -1)[retry].item())
-            at_07.append(torch.softmax(logits / 0.7, -1)[retry].item())
-        if not at_1:
+            for t in temperatures:
+                at[t].append(torch.softmax(logits / t, -1)[retry].item())
+        decisions = len(at[temperatures[0]])
+        if not decisions:
             print(f"{path}: no episode reached the decision")
             continue
-        print(
-            f"{path}: decisions {len(at_1)}, greedy retries {greedy_retries}; P(retry) at temperature 1.0 {statistics.fmean(at_1):.4f}, "
-            f"at 0.7 {statistics.fmean(at_07):.4f}; expected retries in {args.decisions} decisions "
-            f"{args.decisions * statistics.fmean(at_1):.1f} at 1.0, {args.decisions * statistics.fmean(at_07):.2f} at 0.7",
-            flush=True,
+        per_t = "; ".join(
+            f"at {t:g}: P(retry) {statistics.fmean(at[t]):.4f}, {args.decisions * statistics.fmean(at[t]):.2f} expected retries" for t in temperatures
         )
+        print(f"{path}: decisions {decisions}, greedy retries {greedy_retries} (in {args.decisions} decisions) {per_t}", flush=True)
 
 
 if __name__ == "__main__":

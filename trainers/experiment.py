@@ -50,7 +50,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
@@ -61,7 +61,7 @@ from agentgym.rollout import final_info, read_jsonl, write_jsonl
 from agentgym.trainers.config import ConfigError, TrainConfig, config_dataclass, config_error, config_from_dict
 from agentgym.trainers.diagnostics import read_metrics, save_plot
 
-__all__ = ["EvaluationSection", "ExperimentConfig", "TaskPick", "load_experiment", "run_experiment", "summarize_experiment"]
+__all__ = ["Choice", "DevelopmentSection", "EvaluationSection", "ExperimentConfig", "TaskPick", "load_experiment", "run_experiment", "summarize_experiment"]
 
 BASE, SFT, GRPO = "base", "sft", "grpo"
 
@@ -106,6 +106,41 @@ class EvaluationSection:
     seed: int = 100_000
 
 
+@config_dataclass("development section")
+class DevelopmentSection:
+    """Where the configuration is chosen, kept apart from the reported run.
+
+    ``agentgym experiment FILE --development`` runs the protocol with these seeds and evaluation
+    tasks (in ``<output_dir>/development``); every choice of learning rate, temperature, steps or
+    caps is made on such runs, and the reported run (``seeds``, ``evaluation.tasks``) is scored
+    once, with seeds and tasks no choice saw.
+
+    Attributes:
+        seeds: training seeds of development runs; none of them may be a reported seed.
+        evaluation_tasks: the development evaluation tasks; their splits must differ from the
+            reported evaluation's.
+    """
+
+    seeds: Annotated[tuple[Annotated[int, Field(ge=0)], ...], Field(min_length=1)] = (0, 1, 2)
+    evaluation_tasks: TaskPick = field(default_factory=lambda: TaskPick(splits=("val",)))
+
+
+@config_dataclass("configuration choice")
+class Choice:
+    """One configuration decision and what it was made on; the report lists them.
+
+    Attributes:
+        option: the option, as its key in the configuration (e.g. ``training.rollout.temperature``).
+        value: the value chosen.
+        made_on: the evidence: development seeds and episodes, a benchmark on training tasks, or
+            "not tuned" (a default taken before any run).
+    """
+
+    option: Annotated[str, Field(min_length=1)]
+    value: Any
+    made_on: Annotated[str, Field(min_length=1)]
+
+
 def _distinct(values: tuple[int, ...]) -> tuple[int, ...]:
     """A field check (``AfterValidator``): no value twice."""
     if len(set(values)) != len(values):
@@ -133,6 +168,10 @@ class ExperimentConfig:
             ``sft`` or ``grpo``, the names of the other arms).
         jobs: phases that run at once, each in its own process with ``cores // jobs`` threads.
             Part of the protocol: the thread count can change float rounding, hence samples.
+        development: the seeds and evaluation tasks configuration choices are made on
+            (``None``: the configuration declares none).
+        choices: each configuration decision and what it was made on (listed in the report).
+        run: ``reported`` (the default) or ``development``; set by ``--development``, not by hand.
     """
 
     env_id: str
@@ -145,12 +184,23 @@ class ExperimentConfig:
     training: dict[str, Any] = field(default_factory=dict)
     ablations: dict[str, Annotated[dict[str, Any], Field(min_length=1)]] = field(default_factory=dict)
     jobs: Annotated[int, Field(ge=1)] = 1
+    development: DevelopmentSection | None = None
+    choices: tuple[Choice, ...] = ()
+    run: Literal["reported", "development"] = "reported"
 
     def __post_init__(self) -> None:
         # Each field's bounds are on the field; these relate options to the ones the experiment
         # sets itself (env_id, model, seed, output_dir) and to the names of its own arms.
         problems = [f"training.{key} is set by the experiment; leave it out" for key in _RESERVED if key in self.training]
         problems += [f"ablation name {name!r} is taken by an arm" for name in self.ablations if name in (BASE, SFT, GRPO)]
+        dev = self.development
+        if dev is not None and self.run == "reported":
+            shared = sorted(set(dev.seeds) & set(self.seeds))
+            if shared:
+                problems.append(f"development.seeds and seeds share {shared}: a reported seed must be one no choice was made on")
+            splits = sorted(set(dev.evaluation_tasks.splits) & set(self.evaluation.tasks.splits))
+            if splits:
+                problems.append(f"development.evaluation_tasks and evaluation.tasks share the split(s) {splits}")
         if problems:
             raise ConfigError.listing("experiment configuration", problems)
 
@@ -159,12 +209,17 @@ _ADAPTER = TypeAdapter(ExperimentConfig)
 _RESERVED = ("env_id", "model", "seed", "output_dir")
 
 
-def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: Sequence[int] | None = None) -> ExperimentConfig:
+def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: Sequence[int] | None = None, development: bool = False) -> ExperimentConfig:
     """Read and check an experiment YAML file; ``output_dir`` and ``seeds`` replace the file's.
+
+    With ``development``, the development run: the ``development`` section's seeds (unless
+    ``seeds`` is given) and evaluation tasks, in ``<output_dir>/development`` (unless
+    ``output_dir`` is given).
 
     Raises:
         ConfigError: unknown keys, wrong types, values out of the bounds the fields declare,
-            conflicting options, or a training section the trainer rejects.
+            conflicting options, a training section the trainer rejects, or ``development``
+            without a development section.
     """
     import yaml
 
@@ -176,16 +231,31 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: S
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path} must hold a mapping of options")
-    if output_dir is not None:
-        data["output_dir"] = output_dir
-    if seeds is not None:
-        data["seeds"] = list(seeds)
     try:
         config = _ADAPTER.validate_python(data)
+        if development:
+            config = _development_run(config)
+        changes: dict[str, Any] = {"output_dir": output_dir} if output_dir is not None else {}
+        if seeds is not None:
+            changes["seeds"] = list(seeds)
+        if changes:
+            config = _ADAPTER.validate_python({**dataclasses.asdict(config), **changes})
     except ValidationError as exc:
         raise config_error(exc, ExperimentConfig, "experiment configuration") from None
     _train_config(config, SFT, config.seeds[0], [], [], Path(config.output_dir))  # the trainer checks its part now
     return config
+
+
+def _development_run(config: ExperimentConfig) -> ExperimentConfig:
+    """The development run of ``config``: its development seeds and evaluation tasks, in a folder of its own."""
+    if config.development is None:
+        raise ConfigError("this configuration has no development section (development seeds and evaluation tasks)")
+    data = dataclasses.asdict(config)
+    data["seeds"] = list(config.development.seeds)
+    data["evaluation"]["tasks"] = dataclasses.asdict(config.development.evaluation_tasks)
+    data["output_dir"] = str(Path(config.output_dir) / "development")
+    data["run"] = "development"
+    return _ADAPTER.validate_python(data)
 
 
 # --------------------------------------------------------------------------------- the protocol
@@ -549,7 +619,9 @@ def _record_config(config: ExperimentConfig, out: Path) -> None:
     if path.is_file():
         recorded = yaml.safe_load(path.read_text(encoding="utf-8"))
         # Where the folder is (it may have been moved) and its seeds aside, the configuration must be the same.
-        if {**recorded, "seeds": None, "output_dir": None} != {**data, "seeds": None, "output_dir": None}:
+        # The choices' notes document the configuration; they do not change what runs.
+        unchanged = {"seeds": None, "output_dir": None, "choices": None}
+        if {**recorded, **unchanged} != {**data, **unchanged}:
             raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
         dropped = [seed for seed in recorded["seeds"] if seed not in config.seeds]
         if dropped:
@@ -606,6 +678,9 @@ def summarize_experiment(out: str | Path) -> dict[str, Any]:
         "commit": started[-1] if started else None,
         "commits": started,
         "seeds": list(config.seeds),
+        "run": config.run,
+        "development": dataclasses.asdict(config.development) if config.development is not None else None,
+        "choices": [dataclasses.asdict(choice) for choice in config.choices],
         "evaluation": {
             "trials": config.evaluation.trials,
             "temperature": config.evaluation.temperature,
@@ -663,6 +738,7 @@ def _arm_summary(rows: Sequence[Mapping[str, Any]], trials: int) -> dict[str, An
         "mean_reward": statistics.fmean(r["reward"] for r in rows),
         **{f"pass^{k}": pass_hat_k(per_task, k) for k in range(1, trials + 1)},
         "mean_turns": statistics.fmean(r["turns"] for r in rows),
+        "format_errors_per_turn": sum(r["format_errors"] for r in rows) / max(1, sum(r["turns"] for r in rows)),
         "mean_sampled_tokens": statistics.fmean(r["sampled_tokens"] for r in rows),
         "mean_tokens": statistics.fmean(r["tokens"] for r in rows),
         "faulted_episodes": sum(r["faults"] > 0 for r in rows) / len(rows),
@@ -685,6 +761,7 @@ def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Map
     """Success difference on identical (seed, task, trial) episodes, with a bootstrap interval over tasks."""
     base = {(r["seed"], r["task_id"], r["trial"]): r["success"] for r in base_rows}
     by_task: dict[str, list[float]] = defaultdict(list)
+    by_seed: dict[str, list[float]] = defaultdict(list)
     wins = losses = 0
     for r in arm_rows:
         key = (r["seed"], r["task_id"], r["trial"])
@@ -694,6 +771,7 @@ def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Map
         wins += d > 0
         losses += d < 0
         by_task[r["task_id"]].append(d)
+        by_seed[str(r["seed"])].append(d)
     mean, (low, high) = paired_bootstrap(by_task)
     return {
         "mean": mean,
@@ -702,6 +780,7 @@ def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Map
         "tasks": len(by_task),
         "wins": wins,
         "losses": losses,
+        "per_seed": {seed: statistics.fmean(values) for seed, values in by_seed.items()},
         "interval": "95% bootstrap over tasks (10,000 resamples)",
     }
 
@@ -786,6 +865,7 @@ def _results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequenc
         f"{ev['episodes_per_model']} episodes per model, temperature {ev['temperature']:g}, environment options {ev['env_kwargs']}.",
         f"Training tasks: {len(summary['sft_task_ids'])} for SFT demonstrations, {len(summary['train_task_ids'])} for GRPO "
         "(disjoint from each other and from the evaluation tasks).",
+        *_protocol_lines(summary),
         "",
         "| arm | success | 95% CI | n | per seed | mean ± sd over seeds | mean reward | "
         + " | ".join(f"pass^{k}" for k in range(1, trials + 1))
@@ -805,9 +885,11 @@ def _results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequenc
     for key, d in summary.items():
         if key.startswith("delta_"):
             name = key.removeprefix("delta_").replace("_minus_", " − ")
+            per_seed = ", ".join(f"{seed}: {value * 100:+.1f}" for seed, value in d.get("per_seed", {}).items())
             lines.append(
                 f"- **{name}: {d['mean'] * 100:+.1f} pp**, 95% CI [{d['ci'][0] * 100:+.1f}, {d['ci'][1] * 100:+.1f}] pp "
                 f"({d['n_pairs']} pairs over {d['tasks']} tasks; better in {d['wins']}, worse in {d['losses']}; {d['interval']})"
+                + (f"; per seed {per_seed}" if per_seed else "")
             )
     templates = sorted({t for a in arms.values() for t in a["per_template"]})
     if len(templates) > 1:
@@ -827,6 +909,26 @@ def _results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequenc
         lines += ["", "Wall time per phase (all seeds): " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in totals.items()) + "."]
     lines += ["", *_examples(episodes)]
     return "\n".join(lines) + "\n"
+
+
+def _protocol_lines(summary: Mapping[str, Any]) -> list[str]:
+    """Which run this is, which seeds and tasks the configuration was chosen on, and each choice."""
+    dev = summary.get("development")
+    lines = [""]
+    if summary.get("run") == "development":
+        lines.append("**A development run**: configuration choices are made on its numbers; they are not a reported result.")
+    elif dev is not None:
+        lines.append(
+            f"**A reported run**: seeds {summary['seeds']} and these evaluation tasks were not used for any choice; "
+            f"choices were made on development seeds {dev['seeds']} evaluated on the {', '.join(dev['evaluation_tasks']['splits'])} split."
+        )
+    else:
+        lines.append("The configuration declares no development seeds or tasks: nothing says which runs its choices were made on.")
+    choices = summary.get("choices") or []
+    if choices:
+        lines += ["", "| choice | value | made on |", "|---|---|---|"]
+        lines += [f"| `{c['option']}` | `{c['value']}` | {c['made_on']} |" for c in choices]
+    return lines
 
 
 def _examples(episodes: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:

@@ -17,6 +17,11 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--output", metavar="DIR", help="results folder (default: the configuration's output_dir)")
     p.add_argument("--summarize", action="store_true", help="only recompute summary.json, results.md and plots from the episodes already written")
     p.add_argument(
+        "--development",
+        action="store_true",
+        help="the development run: the configuration's development seeds and evaluation tasks, in OUTPUT/development (choices are made on it)",
+    )
+    p.add_argument(
         "--seeds",
         type=_seeds,
         metavar="S,S,...",
@@ -37,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.summarize and args.seeds is not None:
             raise ConfigError("--summarize summarises the seeds the results folder holds; leave --seeds out")
-        config = load_experiment(args.config, output_dir=args.output, seeds=args.seeds)
+        config = load_experiment(args.config, output_dir=args.output, seeds=args.seeds, development=args.development)
         if args.summarize:
             if not (Path(config.output_dir) / "tasks.json").is_file():
                 raise ConfigError(f"{config.output_dir} holds no experiment to summarise")

@@ -350,3 +350,40 @@ def test_trainings_start_first_sft_before_grpo_and_evaluations_fill_the_free_slo
     # Evaluations run once no training is ready, beside whatever still runs.
     assert _startable([sft0_eval, base], 1) == [sft0_eval]
     assert _startable([base, sft1], 0) == []
+
+
+def test_development_runs_are_kept_apart_from_the_reported_run(tiny_model_dir, tmp_path) -> None:
+    from agentgym.trainers.experiment import _protocol_lines
+
+    def write(change: dict):
+        path = tmp_path / "x.yaml"
+        data = {**_config(tiny_model_dir, tmp_path / "out"), "seeds": [10, 11]}
+        data["development"] = {"seeds": [0, 1], "evaluation_tasks": {"splits": ["val"], "task_ids": ["letters-8"]}}
+        data["choices"] = [{"option": "training.optim.lr", "value": 0.01, "made_on": "development seeds 0-1"}]
+        path.write_text(yaml.safe_dump({**data, **change}))
+        return path
+
+    reported = load_experiment(write({}))
+    assert (reported.run, reported.seeds, reported.evaluation.tasks.splits) == ("reported", (10, 11), ("test",))
+    development = load_experiment(write({}), development=True)
+    assert (development.run, development.seeds, development.evaluation.tasks.task_ids) == ("development", (0, 1), ("letters-8",))
+    assert development.output_dir == str(tmp_path / "out" / "development")
+    assert load_experiment(write({}), development=True, seeds=[2]).seeds == (2,)
+    # A reported seed or split that a choice was made on is refused.
+    with pytest.raises(ConfigError, match=r"development\.seeds and seeds share \[1\]"):
+        load_experiment(write({"seeds": [1, 10]}))
+    with pytest.raises(ConfigError, match=r"share the split\(s\) \['test'\]"):
+        load_experiment(write({"development": {"seeds": [0], "evaluation_tasks": {"splits": ["test"]}}}))
+    with pytest.raises(ConfigError, match="no development section"):
+        load_experiment(write({"development": None}), development=True)
+    # The report says which run it is and lists every choice with what it was made on.
+    summary = {
+        "seeds": [10, 11],
+        "run": "reported",
+        "development": dataclasses.asdict(reported.development),
+        "choices": [dataclasses.asdict(reported.choices[0])],
+    }
+    text = "\n".join(_protocol_lines(summary))
+    assert "seeds [10, 11] and these evaluation tasks were not used for any choice" in text and "development seeds [0, 1]" in text
+    assert "| `training.optim.lr` | `0.01` | development seeds 0-1 |" in text
+    assert "A development run" in "\n".join(_protocol_lines({**summary, "run": "development"}))
