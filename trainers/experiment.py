@@ -919,8 +919,8 @@ def _protocol_lines(summary: Mapping[str, Any]) -> list[str]:
         lines.append("**A development run**: configuration choices are made on its numbers; they are not a reported result.")
     elif dev is not None:
         lines.append(
-            f"**A reported run**: seeds {summary['seeds']} and these evaluation tasks were not used for any choice; "
-            f"choices were made on development seeds {dev['seeds']} evaluated on the {', '.join(dev['evaluation_tasks']['splits'])} split."
+            f"**A reported run**: seeds {list(summary['seeds'])} and these evaluation tasks were not used for any choice; "
+            f"choices were made on development seeds {list(dev['seeds'])} evaluated on the {', '.join(dev['evaluation_tasks']['splits'])} split."
         )
     else:
         lines.append("The configuration declares no development seeds or tasks: nothing says which runs its choices were made on.")
