@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -75,12 +74,13 @@ def make_policy(env: gym.Env, name: str, seed: int) -> Policy:
 
 
 def rollout(
-    env_id: str, policy: str, *, episodes: int, seed: int = 0, split: str = "train", env_kwargs: dict[str, Any] | None = None
+    env_id: str, policy: str, *, episodes: int, seed: int = 0, split: str = "train", env_kwargs: dict[str, Any] | None = None, skip: Collection[int] = ()
 ) -> Iterator[EpisodeRecord]:
     """Yield ``episodes`` episode records of a named scripted policy.
 
     Tasks are visited in an order shuffled by ``seed`` (every task once before any repeats);
     episode ``i`` is reset with seed ``seed + i`` and its policy is built with that seed too.
+    The episodes whose ``i`` is in ``skip`` are not played (an interrupted run finished them).
     """
     if episodes < 1:
         raise ValueError(f"episodes must be at least 1; got {episodes}")
@@ -89,6 +89,8 @@ def rollout(
         task_ids = env.unwrapped.task_ids
         order = np.random.default_rng(seed).permutation(len(task_ids))
         for i in range(episodes):
+            if i in skip:
+                continue
             episode_seed = seed + i
             agent = make_policy(env, policy, episode_seed)
             task_id = task_ids[int(order[i % len(task_ids)])]
@@ -166,20 +168,20 @@ def write_jsonl(path: str | Path, records: Iterable[Row]) -> list[Row]:
 
 def write_records(path: str | Path, records: Iterable[Row]) -> list[Row]:
     """Write episode records as JSON lines (:func:`write_jsonl`), or as Parquet when ``path`` ends in
-    ``.parquet`` (the ``data`` extra: the same table ``datasets.load_dataset("json", ...)`` reads
-    from the JSON lines). Returns the records."""
+    ``.parquet`` (the ``data`` extra; nested types, see :mod:`agentgym.parquet`). Returns the records."""
     path = Path(path)
     if path.suffix != ".parquet":
         return write_jsonl(path, records)
+    from agentgym.parquet import write_parquet
+
     try:
-        import datasets
+        import pyarrow  # noqa: F401
     except ImportError:
         raise ValueError(f"writing {path.name} needs the data extra: pip install 'agentgym[data]'") from None
     lines = path.with_name(f".{path.name}.jsonl")  # kept if the conversion fails, like a partial file
     written = write_jsonl(lines, records)
     partial = path.with_name(f".{path.name}.partial")
-    with tempfile.TemporaryDirectory() as cache:
-        datasets.Dataset.from_json(str(lines), cache_dir=cache).to_parquet(str(partial))
+    write_parquet(partial, read_jsonl(lines))  # the records as the JSON lines hold them
     os.replace(partial, path)
     lines.unlink()
     return written
