@@ -77,7 +77,7 @@ def _arrow_type(hint: Any, samples: Sequence[Any]) -> Any:
         return _struct(hints, samples) if any(samples) else _struct(hints, [dict.fromkeys(hints)])
     if origin in (list, tuple):
         element = get_args(hint)[0]
-        return pa.list_(_arrow_type(element, [v for sample in samples for v in sample if v is not None]))
+        return pa.list_(_field("element", _arrow_type(element, [v for sample in samples for v in sample if v is not None])))
     if origin is dict and get_args(hint)[1] is not Any:
         keys = list(dict.fromkeys(k for sample in samples for k in sample))
         return _struct(dict.fromkeys(keys, get_args(hint)[1]), samples) if keys else _JSON
@@ -93,8 +93,15 @@ def _struct(hints: Mapping[str, Any], samples: Sequence[Mapping[str, Any]]) -> A
     for name in names:
         values = [s[name] for s in samples if s.get(name) is not None]
         arrow = _arrow_type(hints[name], values) if name in hints else _inferred(values)
-        fields.append(pa.field(name, pa.string(), metadata={_JSON_KEY: "1"}) if arrow is _JSON else pa.field(name, arrow))
+        fields.append(_field(name, arrow))
     return pa.struct(fields)
+
+
+def _field(name: str, arrow: Any) -> Any:
+    """An Arrow field; a value kept as JSON text is a string field marked so."""
+    import pyarrow as pa
+
+    return pa.field(name, pa.string(), metadata={_JSON_KEY: "1"}) if arrow is _JSON else pa.field(name, arrow)
 
 
 def _inferred(values: Sequence[Any]) -> Any:
@@ -124,7 +131,7 @@ def _encode(value: Any, arrow: Any) -> Any:
     if pa.types.is_struct(arrow):
         return {f.name: _field_encoded(value.get(f.name), f) for f in arrow}
     if pa.types.is_list(arrow):
-        return [_encode(v, arrow.value_type) for v in value]
+        return [_field_encoded(v, arrow.value_field) for v in value]
     return value
 
 
@@ -149,7 +156,7 @@ def _decode(value: Any, arrow: Any, hint: Any) -> Any:
         return {f.name: _field_value(value[f.name], f, hints.get(f.name)) for f in arrow if value[f.name] is not None or f.name in required}
     if pa.types.is_list(arrow):
         element = get_args(hint)[0] if get_origin(hint) in (list, tuple) else None
-        return [_decode(v, arrow.value_type, element) for v in value]
+        return [_field_value(v, arrow.value_field, element) for v in value]
     return value
 
 

@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         if out is not None:
             out.close()
+            del finished[out.finished :]  # Ctrl-C may have come before the last one was written
         _report_interrupted(finished, config, args, backend_name=tokenizer)
         return 130
     if out is not None:

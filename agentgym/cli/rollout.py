@@ -46,11 +46,12 @@ def run(args: argparse.Namespace) -> int:
             progress.phase("episodes", args.episodes, completed=len(records))
             todo = rollout(args.env, args.policy, episodes=args.episodes, seed=args.seed, split=args.split, env_kwargs=args.env_kwargs, skip=out.keys())
             for record in todo:
-                out.write(record)
                 records.append(record)
+                out.write(record)
                 progress.advance("episodes", f"{sum(r['turns'] for r in records)} turns")
     except KeyboardInterrupt:
         out.close()
+        records = records[: out.finished]  # Ctrl-C may have come before the last one was written
         print(
             f"agentgym: interrupted: {len(records)} of {args.episodes} episodes finished; they are in {args.out}, and the same command resumes the run",
             file=sys.stderr,
