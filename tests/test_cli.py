@@ -34,16 +34,43 @@ def test_trajectories_load_with_datasets(tmp_path):
     assert ds.num_rows == 3 and "messages" in ds.column_names
 
 
-def test_trajectories_export_to_parquet(tmp_path):
+def _plain(value):
+    """A value as pandas, pyarrow or datasets reads it, as JSON holds it: arrays as lists, and keys a
+    record did not have (null in the table) left out."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize("environment", ["agentgym/SQL-v0", "agentgym/MockAPI-v0", "agentgym/TauRetail-v0"])
+def test_parquet_holds_the_json_lines_as_nested_columns(tmp_path, environment):
     datasets = pytest.importorskip("datasets")
+    pd = pytest.importorskip("pandas")
+    pq = pytest.importorskip("pyarrow.parquet")
+    from agentgym.parquet import read_parquet
+    from agentgym.rollout import read_jsonl
+
     lines, table = tmp_path / "t.jsonl", tmp_path / "t.parquet"
     for out in (lines, table):
-        assert main(["rollout", "agentgym/SQL-v0", "--policy", "oracle", "--episodes", "4", "--out", str(out), "--json"]) == 0
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl", "t.parquet"]  # no partial file left
-    from_lines = datasets.load_dataset("json", data_files=str(lines), split="train")
-    from_table = datasets.load_dataset("parquet", data_files=str(table), split="train")
-    assert from_table.num_rows == 4 and from_table.to_list() == from_lines.to_list()
-    assert [m["content"] for m in from_table[0]["messages"]] == [m["content"] for m in json.loads(lines.read_text().splitlines()[0])["messages"]]
+        assert main(["rollout", environment, "--policy", "random", "--episodes", "6", "--out", str(out), "--json", "--quiet"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl", "t.parquet"]  # no working file left
+    records = read_jsonl(lines)
+    assert read_parquet(table) == records  # agentgym's reader gives the records back exactly
+    schema = pq.read_schema(table)
+    assert str(schema.field("messages").type).startswith("list<element: struct<role: string, content: string")
+    assert "info: struct<task_id: string, turn: int64" in str(schema.field("steps").type)
+    expected = [_plain({**r, "env_kwargs": json.dumps(r["env_kwargs"])}) for r in records]  # env_kwargs: JSON text
+    assert [_plain(row) for row in pq.read_table(table).to_pylist()] == expected
+    assert [_plain(row) for row in pd.read_parquet(table).to_dict("records")] == expected
+    assert [_plain(row) for row in datasets.load_dataset("parquet", data_files=str(table), split="train").to_list()] == expected
+    # Two runs of an environment, with other episodes, have one schema.
+    other = tmp_path / "other.parquet"
+    assert main(["rollout", environment, "--policy", "oracle", "--episodes", "3", "--seed", "5", "--out", str(other), "--json", "--quiet"]) == 0
+    assert pq.read_schema(other) == schema
 
 
 @pytest.mark.parametrize(
@@ -52,7 +79,7 @@ def test_trajectories_export_to_parquet(tmp_path):
         (["rollout", "agentgym/Nope-v0", "--out", "x.jsonl"], "unknown environment"),
         (["rollout", "agentgym/Refund-v0", "--policy", "genius", "--out", "x.jsonl"], "unknown policy 'genius'"),
         (["rollout", "agentgym/Refund-v0", "--env-kwargs", '{"colour": 1}', "--out", "x.jsonl"], "cannot make agentgym/Refund-v0"),
-        (["rollout", "agentgym/Refund-v0", "--out", "/no/such/dir/x.jsonl"], "No such file or directory"),
+        (["rollout", "agentgym/Refund-v0", "--out", "/no/such/dir/x.jsonl"], "its directory does not exist"),
     ],
 )
 def test_errors_are_one_clear_line(tmp_path, args, fragment):

@@ -40,20 +40,7 @@ def sql_eval(fake_server, default_tokenizer) -> list[str]:
     task_ids = env.unwrapped.task_ids[:3]
     env.close()
     fake_server.responder = OracleScript("agentgym/SQL-v0", task_ids, default_tokenizer).respond
-    return [
-        "eval",
-        "agentgym/SQL-v0",
-        "--backend",
-        "openai",
-        "--base-url",
-        fake_server.base_url,
-        "--task-ids",
-        *task_ids,
-        "--num-trials",
-        "2",
-        "--seed",
-        "0",
-    ]
+    return ["eval", "agentgym/SQL-v0", "--backend", "openai", "--base-url", fake_server.base_url, "--task-ids", *task_ids, "--num-trials", "2", "--seed", "0"]
 
 
 @pytest.mark.parametrize("suffix", [".jsonl", ".parquet"])

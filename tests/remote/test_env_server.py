@@ -35,8 +35,8 @@ def remote(server: EnvServer, env_id: str, **kwargs) -> gym.Env:
     return gym.make(REMOTE, url=server.url, env_id=env_id, **kwargs)
 
 
-def http_get(server: EnvServer, path: str, token: str | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(server.url.replace("ws://", "http://") + path)
+def http_get(server: EnvServer, path: str, token: str | None = None, accept: str = "application/json") -> tuple[int, dict]:
+    request = urllib.request.Request(server.url.replace("ws://", "http://") + path, headers={"Accept": accept})
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -104,8 +104,26 @@ def test_concurrent_sessions_do_not_interfere(server):
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(play, records))
-    status, metrics = http_get(server, "/metrics")
+    status, metrics = http_get(server, "/metrics?format=json")
     assert status == 200 and metrics["steps_total"] > 0 and metrics["step_p50_ms"] > 0 and metrics["sessions_total"] >= 16
+
+
+def test_metrics_are_in_the_prometheus_text_format(server):
+    parser = pytest.importorskip("prometheus_client.parser")
+    env = remote(server, "agentgym/Refund-v0")
+    env.reset(seed=0)
+    env.step("hello")
+    with urllib.request.urlopen(server.url.replace("ws://", "http://") + "/metrics", timeout=10) as response:
+        content_type, text = response.headers["Content-Type"], response.read().decode()
+    env.close()
+    assert content_type.startswith("text/plain; version=0.0.4")
+    families = {family.name: family for family in parser.text_string_to_metric_families(text)}
+    assert {"agentgym_steps", "agentgym_sessions", "agentgym_sessions_open", "agentgym_step_latency_seconds", "agentgym_queue_depth"} <= set(families)
+    assert families["agentgym_steps"].type == "counter" and families["agentgym_steps"].samples[0].value >= 1
+    quantiles = {s.labels["quantile"]: s.value for s in families["agentgym_step_latency_seconds"].samples}
+    assert set(quantiles) == {"0.5", "0.99"} and 0 < quantiles["0.5"] <= quantiles["0.99"]
+    as_json = http_get(server, "/metrics", accept="application/json")[1]
+    assert as_json["steps_total"] == families["agentgym_steps"].samples[0].value
 
 
 def test_errors_cross_the_wire_and_the_session_goes_on(server):
