@@ -41,8 +41,15 @@ __all__ = [
 Row = TypeVar("Row", bound=Mapping[str, Any])
 
 
-def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> EpisodeRecord:
-    """Play one episode of ``policy`` in ``env`` and return its record."""
+def run_episode(env: gym.Env, policy: Policy | str, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> EpisodeRecord:
+    """Play one episode of ``policy`` in ``env`` and return its record.
+
+    ``policy`` is a policy object or the name of a scripted policy the environment offers
+    (:func:`make_policy` builds it with ``seed``, and the record names it).
+    """
+    if isinstance(policy, str):
+        policy_name = policy_name or policy
+        policy = make_policy(env, policy, 0 if seed is None else seed)
     options = {"task_id": task_id} if task_id is not None else None
     observation, info = env.reset(seed=seed, options=options)
     policy.reset(env.unwrapped, observation, info)
@@ -67,9 +74,15 @@ def replay(env: gym.Env, record: EpisodeRecord, actions: list[Any] | None = None
 
 def make_policy(env: gym.Env, name: str, seed: int) -> Policy:
     """Build the scripted policy ``name`` that ``env`` offers (``oracle``, ``random``, ...)."""
-    factories: dict[str, Callable[[int], Policy]] = agent_env(env).policies()
+    base = agent_env(env)
+    factories: dict[str, Callable[[int], Policy]] = base.policies()
+    env_id = env.spec.id if env.spec else type(base).__name__
+    if not factories:
+        served = getattr(base, "env_id", None)  # a remote or Ray environment's served one
+        where = f": play them in-process (agentgym.make_env({served!r})) and replay their records here (agentgym.rollout.replay)" if served else ""
+        raise ValueError(f"{env_id} runs no scripted policies, which read the task's solution where the environment lives{where}")
     if name not in factories:
-        raise ValueError(f"unknown policy {name!r} for {env.spec.id if env.spec else env}; choose from: {', '.join(factories)}")
+        raise ValueError(f"unknown policy {name!r} for {env_id}; choose from: {', '.join(factories)}")
     return factories[name](seed)
 
 

@@ -244,3 +244,17 @@ def test_an_adapter_spec_makes_a_remote_environment(server):
     local = EpisodeSpec(env_id="agentgym/SQL-v0", task_id=task_id, split="val", seed=2)
     assert observation == local.reset(local.make())[0]
     env.close()
+
+
+def test_scripted_policies_are_refused_clearly_on_a_remote_env(server, tmp_path, capsys):
+    from agentgym.cli import main
+
+    env = remote(server, "agentgym/SQL-v0")
+    with pytest.raises(ValueError, match=r"Remote-v0 runs no scripted policies.*agentgym.make_env\('agentgym/SQL-v0'\)"):
+        run_episode(env, "oracle")
+    env.close()
+    kwargs = json.dumps({"url": server.url, "env_id": "agentgym/SQL-v0"})
+    assert main(["rollout", REMOTE, "--env-kwargs", kwargs, "--out", str(tmp_path / "x.jsonl")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "runs no scripted policies" in err and "choose from" not in err
+
