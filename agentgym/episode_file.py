@@ -38,6 +38,8 @@ class EpisodeFile:
 
     def __init__(self, path: str | Path, settings: Mapping[str, Any], key: Callable[[Mapping[str, Any]], Any]) -> None:
         self.path = Path(path)
+        if self.path.is_dir():
+            raise ValueError(f"cannot write {path}: it is a directory")
         self.parquet = self.path.suffix == ".parquet"
         self.working = self.path.with_name(self.path.name + ".jsonl") if self.parquet else self.path
         self._note = self.path.with_name(f".{self.path.name}.run.json")
@@ -59,6 +61,8 @@ class EpisodeFile:
                 raise ValueError(f"writing {self.path.name} needs the data extra: pip install 'agentgym[data]'") from None
         if not self.path.parent.is_dir():
             raise ValueError(f"cannot write {self.path}: its directory does not exist")
+        if self.working.is_dir():
+            raise ValueError(f"cannot write {self.working}: it is a directory")
         resumed, length = self._resumable()
         for record in resumed:
             self._lines[_hashable(self.key(record))] = to_json_line(record)

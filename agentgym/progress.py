@@ -132,9 +132,8 @@ class ProgressReport:
         return update
 
     def message(self, text: str) -> None:
-        """Print a line above the bars (warnings, evaluation results)."""
-        if self.enabled:
-            self.console.print(text)
+        """Print a line above the bars (warnings, evaluation results), shown even when the bars are off."""
+        self.console.print(text)
 
     def _show(self, name: str, bar: _Bar, *, force: bool = False) -> None:
         if not self.enabled:

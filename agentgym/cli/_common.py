@@ -45,9 +45,11 @@ def env_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
 
 
-def quiet_argument(p: argparse.ArgumentParser) -> None:
+def quiet_argument(p: argparse.ArgumentParser, *aliases: str) -> None:
     """--quiet: the option of the long commands that turns their progress display off."""
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress display (live bars on a terminal, a line every 30 s otherwise)")
+    p.add_argument(
+        "--quiet", "-q", *aliases, dest="quiet", action="store_true", help="no progress display (live bars on a terminal, a line every 30 s otherwise)"
+    )
 
 
 def make(args: argparse.Namespace, **extra: Any) -> MadeEnv:

@@ -1,4 +1,8 @@
-"""``agentgym eval``: roll a model out in an environment; print success with a confidence interval, reward, turns, tokens and error rates."""
+"""``agentgym eval``: roll a model out in an environment; print success with a confidence interval, reward, turns, tokens and error rates.
+
+With ``--out``, each episode is written as it finishes: Ctrl-C keeps the finished ones and prints
+their summary, and the same command resumes the run.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``agentgym rollout``: run a scripted policy and write its trajectories (JSON lines or Parquet)."""
+"""``agentgym rollout``: run a scripted policy and write its trajectories (JSON lines or Parquet), each as it finishes; an interrupted run keeps them, and the same command resumes it."""
 
 from __future__ import annotations
 
@@ -13,12 +13,7 @@ __all__ = ["add_parser", "run"]
 
 
 def add_parser(commands: Any) -> None:
-    p = commands.add_parser(
-        "rollout",
-        help="run a scripted policy and write trajectories as JSONL",
-        description="Run a scripted policy (oracle, random, do_nothing, ...) in an environment and write one record per episode, "
-        "as it finishes, to --out (JSON lines, or Parquet). An interrupted run keeps its episodes; the same command resumes it.",
-    )
+    p = commands.add_parser("rollout", help="run a scripted policy and write trajectories as JSONL")
     env_arguments(p)
     p.add_argument("--policy", default="oracle", help="scripted policy: oracle, random, do_nothing, or one the env adds")
     p.add_argument("--episodes", type=positive_int, default=10, help="number of episodes (default 10)")

@@ -190,8 +190,9 @@ def test_token_is_required_when_set():
     with EnvServer(token="s3cret") as guarded:
         with pytest.raises(RemoteEnvError, match="401"):
             remote(guarded, "agentgym/SQL-v0")
-        with pytest.raises(RemoteEnvError, match="401"):
+        with pytest.raises(RemoteEnvError, match="401") as refused:
             remote(guarded, "agentgym/SQL-v0", token="wrong")
+        assert str(refused.value).endswith("(HTTP 401): a valid bearer token is required")  # the reason, not the raw body
         env = remote(guarded, "agentgym/SQL-v0", token="s3cret")
         assert env.reset(seed=0)[0]
         env.close()
@@ -257,4 +258,3 @@ def test_scripted_policies_are_refused_clearly_on_a_remote_env(server, tmp_path,
     assert main(["rollout", REMOTE, "--env-kwargs", kwargs, "--out", str(tmp_path / "x.jsonl")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "runs no scripted policies" in err and "choose from" not in err
-
