@@ -98,12 +98,15 @@ class ProgressReport:
 
     def phase(self, name: str, total: int, completed: int = 0) -> None:
         """Show (or restart) the bar ``name`` at ``completed`` of ``total`` steps."""
+        self._show(name, self._start(name, total, completed), force=True)
+
+    def _start(self, name: str, total: int, completed: int = 0) -> _Bar:
         bar = self._bars.get(name)
         if bar is None:
             bar = self._bars[name] = _Bar(total=total, completed=completed, count=completed, started=self.clock())
         else:
             bar.total, bar.completed, bar.count, bar.started, bar.status, bar.tokens = total, completed, completed, self.clock(), "", 0
-        self._show(name, bar, force=True)
+        return bar
 
     def advance(self, name: str, status: str = "") -> None:
         """One step of bar ``name`` done; ``status`` is shown beside it."""
@@ -120,14 +123,15 @@ class ProgressReport:
 
         def update(progress: RolloutProgress) -> None:
             bar = self._bars.get(name)
-            if bar is None or progress.total != bar.total or progress.work < bar.completed:  # a new run
-                self.phase(name, progress.total)
-                bar = self._bars[name]
+            new_run = bar is None or progress.total != bar.total or progress.work < bar.completed
+            if new_run:
+                bar = self._start(name, progress.total)
+            assert bar is not None
             bar.completed, bar.count, bar.tokens = progress.work, progress.finished, progress.sampled_tokens
             elapsed = self.clock() - bar.started
             rate = f", {progress.sampled_tokens / elapsed:.1f} tokens/s" if elapsed > 0 and progress.sampled_tokens else ""
             bar.status = f"{progress.turns} turns{rate}"
-            self._show(name, bar)
+            self._show(name, bar, force=new_run)
 
         return update
 
