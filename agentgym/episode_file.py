@@ -45,7 +45,7 @@ class EpisodeFile:
         self._note = self.path.with_name(f".{self.path.name}.run.json")
         self.settings = json.loads(json.dumps(dict(settings)))  # as they read back from the note
         self.key = key
-        self._lines: dict[Hashable, str] = {}
+        self._lines: dict[Any, str] = {}  # key -> line; keys sort (ints, tuples of ints)
         self._out: IO[str] | None = None
 
     def open(self) -> list[dict[str, Any]]:

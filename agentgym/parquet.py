@@ -42,7 +42,7 @@ def _fields(typed: Any) -> tuple[dict[str, Any], frozenset[str]]:
     return get_type_hints(typed), frozenset(typed.__required_keys__)
 
 
-class _RecordFields(TrajectoryRecord, LabelledRecord):  # type: ignore[misc]
+class _RecordFields(TrajectoryRecord, LabelledRecord):
     """Every field an episode record may have: the richest line (``agentgym eval --out``) and a labelled one."""
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agentgym.cli._common import env_arguments, make, positive_int, quiet_argument
+
+if TYPE_CHECKING:
+    from agentgym.records import EpisodeRecord
 
 __all__ = ["add_parser", "run"]
 
@@ -33,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     env.close()
     settings = {"command": "rollout", "env": args.env, "policy": args.policy, "episodes": args.episodes, "seed": args.seed, "split": args.split}
     out = EpisodeFile(args.out, {**settings, "env_kwargs": args.env_kwargs}, key=lambda record: record["seed"] - args.seed)
-    records = out.open()
+    records = cast("list[EpisodeRecord]", out.open())
     if records:
         print(f"agentgym: resuming: {len(records)} of {args.episodes} episodes are already in {args.out}", file=sys.stderr)
     try:

@@ -20,7 +20,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 def exposition(metrics: Metrics) -> str:
     """The metrics as Prometheus text: ``# HELP`` and ``# TYPE`` lines, then the samples."""
-    families = [
+    families: list[tuple[str, str, str, list[tuple[str, float]]]] = [
         ("agentgym_sessions_open", "gauge", "Sessions open now.", [("", metrics.sessions)]),
         ("agentgym_sessions_total", "counter", "Sessions opened since the server started.", [("", metrics.sessions_total)]),
         ("agentgym_steps_total", "counter", "Step requests answered.", [("", metrics.steps_total)]),
