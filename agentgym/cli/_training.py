@@ -57,7 +57,7 @@ def run_training(args: argparse.Namespace, extra: dict[str, Any]) -> int:
 
     try:
         overrides: dict[str, Any] = dict(parse_override(text) for text in args.overrides)
-        env_id = _env_id(args)
+        env_id = _env_id(args, overrides.get("env_id"))
         named = {
             "env_id": env_id,
             "model": args.model,
@@ -86,11 +86,12 @@ def run_training(args: argparse.Namespace, extra: dict[str, Any]) -> int:
     return 0
 
 
-def _env_id(args: argparse.Namespace) -> str:
-    """The environment to train on: ENV or the config's ``env_id``, which must agree when both are given."""
+def _env_id(args: argparse.Namespace, set_env_id: Any = None) -> str:
+    """The environment to train on: ENV or the config's ``env_id`` (``--set env_id=...`` replacing
+    the file's), which must agree when both are given."""
     from agentgym.trainers.config import ConfigError
 
-    in_config = _config_value(args.config, "env_id")
+    in_config = set_env_id if set_env_id is not None else _config_value(args.config, "env_id")
     if args.env is not None and in_config is not None and args.env != in_config:
         raise ConfigError(f"ENV {args.env} differs from env_id {in_config} in {args.config}; name one environment (or leave ENV out)")
     env_id = args.env or in_config
