@@ -6,14 +6,16 @@ rollout). Where it shows them depends on its console:
 * on a terminal, live bars (rich) that move with every generation round: a rollout's bar counts
   finished episodes plus the share of its turn limit each live episode has played, so it moves
   while the episodes of a batch are still running (they tend to finish together);
-* piped to a file, a plain line on stderr when a bar starts, then at most every ``interval_s``
-  seconds (30 by default), and once at the end: each bar's count, tokens per second, the elapsed
-  time and an estimate of the time left. Log files get a steady heartbeat, not a stream of redraws;
+* piped to a file, a plain line on stderr when a bar starts, then every ``interval_s`` seconds (30
+  by default; a background thread keeps the beat while a long generation round reports nothing),
+  and once at the end: each bar's count, tokens per second, the elapsed time and an estimate of
+  the time left. Log files get a steady heartbeat, not a stream of redraws;
 * disabled (``--quiet``), nothing.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +74,9 @@ class ProgressReport:
         self._started = clock()
         self._last_line: float | None = None
         self._progress: Any = None
+        self._lock = threading.Lock()  # the heartbeat thread prints too
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     def __enter__(self) -> ProgressReport:
         if self.live:
@@ -87,9 +92,23 @@ class ProgressReport:
                 console=self.console,
             )
             self._progress.start()
+        elif self.enabled:
+            self._heartbeat = threading.Thread(target=self._beat, name="agentgym-progress", daemon=True)
+            self._heartbeat.start()
         return self
 
+    def _beat(self) -> None:
+        """Print a line every ``interval_s`` seconds, whether or not anything reported meanwhile."""
+        while not self._stop.wait(self.interval_s):
+            with self._lock:
+                if self._bars and (self._last_line is None or self.clock() - self._last_line >= self.interval_s):
+                    self._print_line()
+
     def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
+            self._heartbeat = None
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
@@ -150,9 +169,9 @@ class ProgressReport:
             else:
                 self._progress.update(bar.task, total=bar.total, completed=bar.completed, count=bar.count, status=bar.status)
             return
-        now = self.clock()
-        if force or self._last_line is None or now - self._last_line >= self.interval_s:
-            self._print_line()
+        with self._lock:
+            if force or self._last_line is None or self.clock() - self._last_line >= self.interval_s:
+                self._print_line()
 
     def _print_line(self) -> None:
         now = self.clock()

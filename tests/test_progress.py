@@ -4,6 +4,7 @@ when piped, bars that move with turns on a terminal, nothing with --quiet."""
 from __future__ import annotations
 
 import io
+import time
 
 from rich.console import Console
 
@@ -39,6 +40,15 @@ def test_piped_output_gets_a_line_at_a_steady_interval_with_rate_and_estimate() 
     assert lines[0] == "agentgym: episodes 0/8 (0 turns); elapsed 0:00:00"
     assert lines[1] == "agentgym: episodes 0/8 (30 turns, 10.0 tokens/s), about 0:02:50 left; elapsed 0:00:30"
     assert lines[-1].startswith("agentgym: episodes 0/8 (99 turns, 10.0 tokens/s)") and lines[-1].endswith("elapsed 0:01:39")
+
+
+def test_the_lines_keep_their_beat_while_nothing_reports() -> None:
+    console, out = _piped()
+    with ProgressReport(console, interval_s=0.05) as progress:
+        progress.phase("episodes", 4)  # then a long generation round: no report for a while
+        time.sleep(0.5)
+    lines = out.getvalue().splitlines()
+    assert len(lines) >= 4 and all(line.startswith("agentgym: episodes 0/4") for line in lines)
 
 
 def test_phases_and_steps_share_the_line() -> None:
