@@ -63,13 +63,16 @@ class EpisodeFile:
             raise ValueError(f"cannot write {self.path}: its directory does not exist")
         if self.working.is_dir():
             raise ValueError(f"cannot write {self.working}: it is a directory")
+        if not os.access(self.path.parent, os.W_OK):
+            raise ValueError(f"cannot write {self.path}: its directory is not writable")
         resumed, length = self._resumable()
         for record in resumed:
             self._lines[_hashable(self.key(record))] = to_json_line(record)
-        self._note.write_text(json.dumps(self.settings, sort_keys=True) + "\n", encoding="utf-8")
         if resumed:
             os.truncate(self.working, length)  # a line cut off by a killed process goes
-        self._out = open(self.working, "a" if resumed else "w", encoding="utf-8")  # noqa: SIM115 - closed by complete() or close()
+            self._out = open(self.working, "a", encoding="utf-8")  # noqa: SIM115 - closed by complete() or close()
+        # A new run touches nothing on disk until its first episode: a run that fails to start
+        # (a model that will not load) leaves an earlier output as it was.
         return resumed
 
     def _resumable(self) -> tuple[list[dict[str, Any]], int]:
@@ -113,7 +116,9 @@ class EpisodeFile:
 
     def write(self, record: Mapping[str, Any]) -> None:
         """Append one finished episode (flushed: it survives the process)."""
-        assert self._out is not None, "open() first"
+        if self._out is None:  # the new run's first episode: from now on the output is this run's
+            self._note.write_text(json.dumps(self.settings, sort_keys=True) + "\n", encoding="utf-8")
+            self._out = open(self.working, "w", encoding="utf-8")  # noqa: SIM115 - closed by complete() or close()
         line = to_json_line(record)
         self._out.write(line + "\n")
         self._out.flush()
@@ -129,7 +134,7 @@ class EpisodeFile:
             partial = self.path.with_name(f".{self.path.name}.partial")
             write_parquet(partial, [json.loads(line) for line in ordered])
             os.replace(partial, self.path)
-            self.working.unlink()
+            self.working.unlink(missing_ok=True)
         else:
             partial = self.path.with_name(f".{self.path.name}.partial")
             partial.write_text("".join(line + "\n" for line in ordered), encoding="utf-8")

@@ -83,6 +83,14 @@ def test_a_rerun_with_other_settings_does_not_resume(tmp_path: Path, sql_eval, c
     assert len(read_jsonl(out)) == 1  # the earlier work is untouched
 
 
+def test_a_run_that_fails_to_start_leaves_an_earlier_output_alone(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "eval.jsonl"
+    out.write_text('{"earlier": "results"}\n')
+    args = ["eval", "agentgym/SQL-v0", "--model", str(tmp_path / "no-such-model"), "--out", str(out)]
+    assert main(args) == 2 and "model not found" in capsys.readouterr().err
+    assert out.read_text() == '{"earlier": "results"}\n' and sorted(p.name for p in tmp_path.iterdir()) == ["eval.jsonl"]
+
+
 def test_a_line_cut_off_by_a_killed_process_is_played_again(tmp_path: Path) -> None:
     settings = {"run": 1}
     out = EpisodeFile(tmp_path / "x.jsonl", settings, key=lambda r: r["i"])
