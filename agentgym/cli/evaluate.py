@@ -10,9 +10,12 @@ import argparse
 import json
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentgym.cli._common import CLIError, check_model_path, json_object, make, positive_int, quiet_argument
+
+if TYPE_CHECKING:
+    from agentgym.runner import Episode, RolloutConfig
 
 __all__ = ["add_parser", "run"]
 
@@ -137,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report_interrupted(finished: list[Any], config: Any, args: argparse.Namespace, *, backend_name: str) -> None:
+def _report_interrupted(finished: list[Episode], config: RolloutConfig, args: argparse.Namespace, *, backend_name: str) -> None:
     """After Ctrl-C: what finished, and where it is kept."""
     from rich.console import Console
 
