@@ -60,7 +60,8 @@ class ToolEnv(gym.Env[list[Message], Any], Generic[TaskT], metaclass=abc.ABCMeta
         render_mode: ``"ansi"`` (``render`` returns the last messages as text) or ``None``.
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"]}  # noqa: RUF012 - Gymnasium's convention (an attribute it declares)
+    # render_fps: Gymnasium's checker warns without one; text has no frame rate, so the nominal 1.
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012 - Gymnasium's convention (an attribute it declares)
     task_family: ClassVar[str] = ""
     default_max_turns: ClassVar[int] = 20
 
@@ -80,10 +81,10 @@ class ToolEnv(gym.Env[list[Message], Any], Generic[TaskT], metaclass=abc.ABCMeta
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None; got {render_mode!r}")
         self.split = split
         self.render_mode = render_mode
-        self.max_turns = self.default_max_turns if max_turns is None else int(max_turns)
+        self.max_turns = self.default_max_turns if max_turns is None else _whole_number("max_turns", max_turns)
         if self.max_turns < 1:
             raise ValueError(f"max_turns must be at least 1; got {max_turns}")
-        self.max_tool_calls = int(max_tool_calls)
+        self.max_tool_calls = _whole_number("max_tool_calls", max_tool_calls)
         all_tasks = self.load_tasks(tasks) if tasks is not None else self.load_split(split)
         # Where the tasks came from, for error messages.
         self.task_source = f"the tasks of {tasks}" if isinstance(tasks, str | Path) else "the given tasks" if tasks is not None else f"the {split!r} tasks"
@@ -332,6 +333,17 @@ AgentEnv: TypeAlias = "ToolEnv | SessionEnv"
 :class:`~agentgym.remote.client.SessionEnv` whose environment lives elsewhere. Both offer ``tools``,
 ``task_ids``, ``tasks``, ``task``, ``max_turns``, ``counts``, ``episode_record()``,
 ``compute_reward()`` and ``policies()``."""
+
+
+def _whole_number(name: str, value: Any) -> int:
+    """An integer argument (an integral float or numeric string passes, as ``int()`` takes them)."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be an integer; got {value!r}") from None
+    if isinstance(value, float) and value != number:
+        raise ValueError(f"{name} must be an integer; got {value!r}")
+    return number
 
 
 def agent_env(env: gym.Env) -> AgentEnv:

@@ -31,7 +31,7 @@ from typing import Any
 from agentgym.models import GenerationBackend
 from agentgym.records import EpisodeRecord
 from agentgym.rollout import final_info, summarize
-from agentgym.runner import Episode, ProgressFn, RolloutConfig, RolloutRunner, RolloutTiming
+from agentgym.runner import Episode, EpisodeFn, ProgressFn, RolloutConfig, RolloutRunner, RolloutTiming
 
 __all__ = ["EvalResult", "eval_metrics", "evaluate", "paired_bootstrap", "pass_hat_k", "print_report", "wilson_interval"]
 
@@ -187,10 +187,23 @@ class EvalResult:
     timing: RolloutTiming
 
 
-def evaluate(backend: GenerationBackend, config: RolloutConfig, *, progress: ProgressFn | None = None) -> EvalResult:
-    """Roll ``backend`` out as ``config`` says and summarise the episodes."""
+def evaluate(
+    backend: GenerationBackend,
+    config: RolloutConfig,
+    *,
+    progress: ProgressFn | None = None,
+    on_episode: EpisodeFn | None = None,
+    earlier: Sequence[Episode] = (),
+) -> EvalResult:
+    """Roll ``backend`` out as ``config`` says and summarise the episodes.
+
+    ``on_episode`` gets each episode as it finishes. ``earlier`` holds episodes of this
+    configuration that an interrupted run finished: they are not played again, and they count in
+    the result as if this run had played them (the timing covers this run alone).
+    """
     runner = RolloutRunner(backend)
-    episodes = runner.run(config, progress=progress)
+    played = runner.run(config, progress=progress, on_episode=on_episode, skip={(e.group, e.member) for e in earlier})
+    episodes = sorted([*earlier, *played], key=lambda e: (e.group, e.member))
     assert runner.last_timing is not None
     return EvalResult(config=config, episodes=episodes, metrics=eval_metrics(episodes), timing=runner.last_timing)
 

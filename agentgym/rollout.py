@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import tempfile
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -42,8 +41,15 @@ __all__ = [
 Row = TypeVar("Row", bound=Mapping[str, Any])
 
 
-def run_episode(env: gym.Env, policy: Policy, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> EpisodeRecord:
-    """Play one episode of ``policy`` in ``env`` and return its record."""
+def run_episode(env: gym.Env, policy: Policy | str, *, seed: int | None = None, task_id: str | None = None, policy_name: str = "") -> EpisodeRecord:
+    """Play one episode of ``policy`` in ``env`` and return its record.
+
+    ``policy`` is a policy object or the name of a scripted policy the environment offers
+    (:func:`make_policy` builds it with ``seed``, and the record names it).
+    """
+    if isinstance(policy, str):
+        policy_name = policy_name or policy
+        policy = make_policy(env, policy, 0 if seed is None else seed)
     options = {"task_id": task_id} if task_id is not None else None
     observation, info = env.reset(seed=seed, options=options)
     policy.reset(env.unwrapped, observation, info)
@@ -68,19 +74,26 @@ def replay(env: gym.Env, record: EpisodeRecord, actions: list[Any] | None = None
 
 def make_policy(env: gym.Env, name: str, seed: int) -> Policy:
     """Build the scripted policy ``name`` that ``env`` offers (``oracle``, ``random``, ...)."""
-    factories: dict[str, Callable[[int], Policy]] = agent_env(env).policies()
+    base = agent_env(env)
+    factories: dict[str, Callable[[int], Policy]] = base.policies()
+    env_id = env.spec.id if env.spec else type(base).__name__
+    if not factories:
+        served = getattr(base, "env_id", None)  # a remote or Ray environment's served one
+        where = f": play them in-process (agentgym.make_env({served!r})) and replay their records here (agentgym.rollout.replay)" if served else ""
+        raise ValueError(f"{env_id} runs no scripted policies, which read the task's solution where the environment lives{where}")
     if name not in factories:
-        raise ValueError(f"unknown policy {name!r} for {env.spec.id if env.spec else env}; choose from: {', '.join(factories)}")
+        raise ValueError(f"unknown policy {name!r} for {env_id}; choose from: {', '.join(factories)}")
     return factories[name](seed)
 
 
 def rollout(
-    env_id: str, policy: str, *, episodes: int, seed: int = 0, split: str = "train", env_kwargs: dict[str, Any] | None = None
+    env_id: str, policy: str, *, episodes: int, seed: int = 0, split: str = "train", env_kwargs: dict[str, Any] | None = None, skip: Collection[int] = ()
 ) -> Iterator[EpisodeRecord]:
     """Yield ``episodes`` episode records of a named scripted policy.
 
     Tasks are visited in an order shuffled by ``seed`` (every task once before any repeats);
     episode ``i`` is reset with seed ``seed + i`` and its policy is built with that seed too.
+    The episodes whose ``i`` is in ``skip`` are not played (an interrupted run finished them).
     """
     if episodes < 1:
         raise ValueError(f"episodes must be at least 1; got {episodes}")
@@ -89,6 +102,8 @@ def rollout(
         task_ids = env.unwrapped.task_ids
         order = np.random.default_rng(seed).permutation(len(task_ids))
         for i in range(episodes):
+            if i in skip:
+                continue
             episode_seed = seed + i
             agent = make_policy(env, policy, episode_seed)
             task_id = task_ids[int(order[i % len(task_ids)])]
@@ -166,20 +181,20 @@ def write_jsonl(path: str | Path, records: Iterable[Row]) -> list[Row]:
 
 def write_records(path: str | Path, records: Iterable[Row]) -> list[Row]:
     """Write episode records as JSON lines (:func:`write_jsonl`), or as Parquet when ``path`` ends in
-    ``.parquet`` (the ``data`` extra: the same table ``datasets.load_dataset("json", ...)`` reads
-    from the JSON lines). Returns the records."""
+    ``.parquet`` (the ``data`` extra; nested types, see :mod:`agentgym.parquet`). Returns the records."""
     path = Path(path)
     if path.suffix != ".parquet":
         return write_jsonl(path, records)
+    from agentgym.parquet import write_parquet
+
     try:
-        import datasets
+        import pyarrow  # noqa: F401
     except ImportError:
         raise ValueError(f"writing {path.name} needs the data extra: pip install 'agentgym[data]'") from None
     lines = path.with_name(f".{path.name}.jsonl")  # kept if the conversion fails, like a partial file
     written = write_jsonl(lines, records)
     partial = path.with_name(f".{path.name}.partial")
-    with tempfile.TemporaryDirectory() as cache:
-        datasets.Dataset.from_json(str(lines), cache_dir=cache).to_parquet(str(partial))
+    write_parquet(partial, read_jsonl(lines))  # the records as the JSON lines hold them
     os.replace(partial, path)
     lines.unlink()
     return written

@@ -25,10 +25,10 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
@@ -44,9 +44,43 @@ from agentgym.seeding import derive_seed
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
 
-__all__ = ["Episode", "ProgressFn", "RolloutConfig", "RolloutRunner", "RolloutTiming", "StopReason", "run_rollouts", "turn_seed"]
+__all__ = [
+    "Episode",
+    "EpisodeFn",
+    "ProgressFn",
+    "RolloutConfig",
+    "RolloutProgress",
+    "RolloutRunner",
+    "RolloutTiming",
+    "StopReason",
+    "run_rollouts",
+    "turn_seed",
+]
 
-ProgressFn = Callable[[int, int], None]
+
+@dataclass(frozen=True)
+class RolloutProgress:
+    """How far a run is, reported after every generation round (episodes finish together, so a
+    count of finished episodes alone would stand still for most of a run).
+
+    Attributes:
+        finished: episodes finished (episodes skipped as already done count).
+        total: episodes of the run.
+        turns: assistant turns played so far, in finished and live episodes.
+        sampled_tokens: tokens sampled so far in this run.
+        work: ``finished`` plus, for each live episode, the share of its turn limit it has played
+            (below 1): an estimate in episodes that moves with every turn.
+    """
+
+    finished: int
+    total: int
+    turns: int
+    sampled_tokens: int
+    work: float
+
+
+ProgressFn = Callable[[RolloutProgress], None]
+EpisodeFn = Callable[["Episode"], None]
 
 
 @dataclass(frozen=True)
@@ -159,6 +193,21 @@ class Episode:
             "loss_mask": list(self.trajectory.loss_mask),
         }
 
+    @classmethod
+    def from_dict(cls, line: Mapping[str, Any]) -> Episode:
+        """The episode of a line :meth:`to_dict` wrote (``agentgym eval --out``; its ``tokenizer`` is
+        dropped). ``turns`` is empty: the line does not keep them."""
+        record = cast("ModelEpisodeRecord", {k: v for k, v in line.items() if k not in ("trajectory", "token_ids", "loss_mask", "tokenizer")})
+        return cls(
+            record=record,
+            trajectory=Trajectory.from_dict(line["trajectory"]),
+            group=int(record["group"]),
+            reward=float(record["reward"]),
+            stop_reason=record["stop_reason"],
+            turns=[],
+            member=int(record["member"]),
+        )
+
 
 @dataclass
 class RolloutTiming:
@@ -259,8 +308,15 @@ class RolloutRunner:
         self.backend = backend
         self.last_timing: RolloutTiming | None = None
 
-    def run(self, config: RolloutConfig, *, progress: ProgressFn | None = None) -> list[Episode]:
-        """Play ``config.num_episodes`` episodes; see :func:`run_rollouts`."""
+    def run(
+        self, config: RolloutConfig, *, progress: ProgressFn | None = None, on_episode: EpisodeFn | None = None, skip: Collection[tuple[int, int]] = ()
+    ) -> list[Episode]:
+        """Play ``config.num_episodes`` episodes; see :func:`run_rollouts`.
+
+        ``on_episode`` is called with each episode as it finishes (so a caller can write it at once);
+        the episodes whose ``(group, member)`` is in ``skip`` are not played (they were finished by
+        an earlier, interrupted run) and are left out of the result; the others keep their seeds.
+        """
         timing = RolloutTiming()
         started = time.perf_counter()
         # A run starts from an empty key/value cache, so what an earlier run left there cannot change
@@ -273,12 +329,13 @@ class RolloutRunner:
         first = _make_env(config)
         envs = [first]
         try:
-            plan = _plan(config, first.unwrapped.task_ids)
+            plan = [p for p in _plan(config, first.unwrapped.task_ids) if (p.group, p.member) not in skip]
             renderer = config.renderer(self.backend.tokenizer, first.unwrapped.tools)
-            slots = min(len(plan), config.max_concurrent or len(plan))
+            slots = max(1, min(len(plan), config.max_concurrent or len(plan)))
             envs.extend(_make_env(config) for _ in range(slots - 1))
             with ThreadPoolExecutor(max_workers=min(config.env_workers, slots)) as pool:
-                episodes = _Run(self.backend, config, renderer, pool, timing, progress).play(plan, envs)
+                run = _Run(self.backend, config, renderer, pool, timing, progress, on_episode, skipped=config.num_episodes - len(plan))
+                episodes = run.play(plan, envs)
         finally:
             for env in envs:
                 env.close()
@@ -304,6 +361,8 @@ class _Run:
         pool: ThreadPoolExecutor,
         timing: RolloutTiming,
         progress: ProgressFn | None,
+        on_episode: EpisodeFn | None,
+        skipped: int,
     ) -> None:
         self.backend = backend
         self.stream = as_streaming(backend)
@@ -312,6 +371,9 @@ class _Run:
         self.pool = pool
         self.timing = timing
         self.progress = progress
+        self.on_episode = on_episode
+        self.skipped = skipped
+        self.turns_played = 0
         self.finished: list[Episode] = []
         self.live: dict[Hashable, _Live] = {}
 
@@ -353,8 +415,12 @@ class _Run:
         return sorted(self.finished, key=lambda e: (e.group, e.member))
 
     def _report(self) -> None:
-        if self.progress is not None:
-            self.progress(len(self.finished), self.config.num_episodes)
+        if self.progress is None:
+            return
+        finished = self.skipped + len(self.finished)
+        # A live episode counts the share of its turn limit it has played, short of a whole one.
+        playing = sum(min(len(live.episode.turns) / max(agent_env(live.episode.env).max_turns, 1), 0.99) for live in self.live.values())
+        self.progress(RolloutProgress(finished, self.config.num_episodes, self.turns_played, self.timing.sampled_tokens, finished + playing))
 
     def _start(self, starting: Sequence[tuple[_Planned, gym.Env]]) -> list[_Live]:
         def reset(item: tuple[_Planned, gym.Env]) -> list[ChatMessage]:
@@ -391,6 +457,7 @@ class _Run:
         """Append the sampled turn to its episode; the text the environment will read."""
         tick = time.perf_counter()
         self.timing.sampled_tokens += len(generation.token_ids)
+        self.turns_played += 1
         content = live.episode.add_generation(generation.token_ids, generation.logprobs)
         self.timing.render_s += time.perf_counter() - tick
         return content
@@ -414,17 +481,18 @@ class _Run:
             record["difficulty"] = task["difficulty"]
         if task.get("template") is not None:
             record["template"] = task["template"]
-        self.finished.append(
-            Episode(
-                record=record,
-                trajectory=episode.trajectory(),
-                group=plan.group,
-                reward=float(record["reward"]),
-                stop_reason=stop_reason,
-                turns=episode.turns,
-                member=plan.member,
-            )
+        finished = Episode(
+            record=record,
+            trajectory=episode.trajectory(),
+            group=plan.group,
+            reward=float(record["reward"]),
+            stop_reason=stop_reason,
+            turns=episode.turns,
+            member=plan.member,
         )
+        self.finished.append(finished)
+        if self.on_episode is not None:
+            self.on_episode(finished)
 
     def _lost_record(self, plan: _Planned, episode: TokenEpisode) -> EpisodeRecord:
         """An episode record from the driver's side alone, in the environment's record format."""
@@ -454,7 +522,7 @@ def run_rollouts(backend: GenerationBackend, config: RolloutConfig, *, progress:
     The backend generates every episode's turns as a stream (see the module docstring); the
     environments step in a thread pool. Sampling seeds come from :func:`turn_seed`
     ``(config.seed, episode, turn)``, so group members differ but reruns are identical.
-    ``progress(finished, total)`` is called at the start and after every round. Episodes are
+    ``progress`` gets a :class:`RolloutProgress` at the start and after every round. Episodes are
     returned ordered by (group, member). Use :class:`RolloutRunner` to also get the timing of the run.
     """
     return RolloutRunner(backend).run(config, progress=progress)

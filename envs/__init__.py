@@ -31,7 +31,14 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = {
 
 
 # Clients of environments held elsewhere (``agentgym serve``, a Ray actor pool); not environments of their own.
-CLIENTS = {"agentgym/Remote-v0": "agentgym.remote.client:RemoteEnv", "agentgym/Ray-v0": "agentgym.remote.ray_pool:RayEnv"}
+# id -> (entry point, one-line description)
+CLIENTS: dict[str, tuple[str, str]] = {
+    "agentgym/Remote-v0": (
+        "agentgym.remote.client:RemoteEnv",
+        "An environment served by `agentgym serve` on another machine (url=..., env_id=...); see docs/scale.md",
+    ),
+    "agentgym/Ray-v0": ("agentgym.remote.ray_pool:RayEnv", "An environment in an actor of a Ray pool (env_id=..., pool=...); see docs/scale.md"),
+}
 
 
 def make_env(env_id: str, /, **kwargs: Any) -> MadeEnv:
@@ -55,6 +62,6 @@ def make_env(env_id: str, /, **kwargs: Any) -> MadeEnv:
 
 def register_envs() -> None:
     """Register every environment id, and the clients' (idempotent)."""
-    for env_id, entry_point in [*((k, e) for k, (e, _) in ENVIRONMENTS.items()), *CLIENTS.items()]:
+    for env_id, (entry_point, _) in [*ENVIRONMENTS.items(), *CLIENTS.items()]:
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point=entry_point, disable_env_checker=False)

@@ -44,6 +44,14 @@ def test_oracle_solves_sampled_tasks(env_id, make_env):
         assert record["success"] and record["reward"] == pytest.approx(1.0), record["reward_reason"]
 
 
+def test_a_policy_given_by_name_is_the_named_policy(make_env):
+    env = make_env("agentgym/Refund-v0", split="val")
+    task_id = env.unwrapped.task_ids[0]
+    by_name = run_episode(env, "oracle", seed=4, task_id=task_id)
+    assert by_name == run_episode(env, make_policy(env, "oracle", 4), seed=4, task_id=task_id, policy_name="oracle")
+    assert by_name["policy"] == "oracle" and by_name["success"]
+
+
 def test_bad_turns_become_error_observations(env_id, make_env):
     env = make_env(env_id)
     env.reset(seed=0)

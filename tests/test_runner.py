@@ -23,7 +23,7 @@ from agentgym.models import ChatRenderer, Generation, OpenAICompatibleBackend, R
 from agentgym.models.backend import decode_visible
 from agentgym.parsing import parse_action
 from agentgym.rollout import assistant_turns
-from agentgym.runner import Episode, RolloutConfig, RolloutRunner, run_rollouts, turn_seed
+from agentgym.runner import Episode, RolloutConfig, RolloutProgress, RolloutRunner, run_rollouts, turn_seed
 
 
 class Recording:
@@ -227,14 +227,18 @@ def test_one_at_a_time_plays_the_same_episodes(fake_server, tokenizer) -> None:
     with OpenAICompatibleBackend(fake_server.base_url, tokenizer) as client:
         for concurrent in (None, 1):
             recording = Recording(client)
-            progress: list[tuple[int, int]] = []
+            progress: list[RolloutProgress] = []
             runner = RolloutRunner(recording)
-            episodes = runner.run(replace(config, max_concurrent=concurrent), progress=lambda *a: progress.append(a))
+            episodes = runner.run(replace(config, max_concurrent=concurrent), progress=progress.append)
             runs[concurrent] = episodes
             sizes = [len(call) for call in recording.calls]
             assert max(sizes) == (6 if concurrent is None else 1)
-            assert progress[0] == (0, 6) and progress[-1] == (6, 6)
-            assert [p[0] for p in progress] == sorted(p[0] for p in progress)
+            assert (progress[0].finished, progress[0].total, progress[0].work) == (0, 6, 0.0)
+            assert (progress[-1].finished, progress[-1].work) == (6, 6.0)
+            assert [p.work for p in progress] == sorted(p.work for p in progress)
+            # The estimate moves on turns that finish no episode.
+            assert any(p.work > p.finished for p in progress)
+            assert progress[-1].turns == sum(len(e.turns) for e in episodes) and progress[-1].sampled_tokens == runner.last_timing.sampled_tokens
             timing = runner.last_timing
             assert timing is not None and timing.rounds == len(recording.calls) and timing.episodes == 6
             assert timing.sampled_tokens == sum(len(t["sampled_ids"]) for e in episodes for t in e.turns)

@@ -7,7 +7,6 @@
   while success stays flat).
 * :class:`MetricsLogger`: one JSON line per step in ``metrics.jsonl`` and, when ``tensorboard``
   is installed, TensorBoard scalars.
-* :class:`ProgressDisplay`: the live terminal display (rich).
 * :func:`plot_metrics`: PNG plots of ``metrics.jsonl`` (needs ``matplotlib``).
 
 Metric names are ``group/name`` (the TensorBoard grouping). Every value is a plain float; a
@@ -27,12 +26,9 @@ from typing import TYPE_CHECKING, Any, get_args
 from agentgym.episode import StopReason
 
 if TYPE_CHECKING:
-    from rich.console import Console
-    from rich.progress import Progress
-
     from agentgym.runner import Episode
 
-__all__ = ["MetricsLogger", "ProgressDisplay", "WarningMonitor", "eval_summary", "plot_metrics", "read_metrics", "rollout_metrics", "save_plot"]
+__all__ = ["MetricsLogger", "WarningMonitor", "eval_summary", "plot_metrics", "read_metrics", "rollout_metrics", "save_plot"]
 
 NAN = float("nan")
 
@@ -248,73 +244,6 @@ class MetricsLogger:
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The lines of a ``metrics.jsonl`` file."""
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-class ProgressDisplay:
-    """A live progress display: one bar per phase, one for the episodes of the current rollout.
-
-    Disabled, it prints nothing. Use it as a context manager.
-
-    Args:
-        console: the rich console to draw on.
-        enabled: draw at all.
-    """
-
-    def __init__(self, console: Console, *, enabled: bool = True) -> None:
-        self.console = console
-        self.enabled = enabled
-        self._progress: Progress | None = None
-        self._tasks: dict[str, Any] = {}
-
-    def __enter__(self) -> ProgressDisplay:
-        if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._progress = Progress(
-                TextColumn("[bold]{task.description:<10}"),
-                BarColumn(bar_width=24),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("{task.fields[status]}"),
-                console=self.console,
-            )
-            self._progress.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-
-    def phase(self, name: str, total: int, completed: int = 0) -> None:
-        """Show (or reset) the bar of phase ``name``."""
-        if self._progress is None:
-            return
-        if name in self._tasks:
-            self._progress.reset(self._tasks[name], total=total, completed=completed, status="")
-        else:
-            self._tasks[name] = self._progress.add_task(name, total=total, completed=completed, status="")
-
-    def advance(self, name: str, status: str = "") -> None:
-        """One step of phase ``name`` done; ``status`` is shown beside its bar."""
-        if self._progress is not None and name in self._tasks:
-            self._progress.update(self._tasks[name], advance=1, status=status)
-
-    def episodes(self, label: str) -> Any:
-        """A ``progress(finished, total)`` callback for :func:`agentgym.runner.run_rollouts`."""
-
-        def update(finished: int, total: int) -> None:
-            if self._progress is None:
-                return
-            if "episodes" not in self._tasks:
-                self._tasks["episodes"] = self._progress.add_task("episodes", total=total, status="")
-            self._progress.update(self._tasks["episodes"], completed=finished, total=total, status=label)
-
-        return update
-
-    def message(self, text: str) -> None:
-        """Print a line above the bars (warnings, evaluation results)."""
-        self.console.print(text)
 
 
 # ------------------------------------------------------------------------------------- plots

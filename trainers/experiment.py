@@ -57,6 +57,7 @@ from pydantic import AfterValidator, Field, TypeAdapter, ValidationError
 
 from agentgym.envs import make_env
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
+from agentgym.progress import ProgressReport
 from agentgym.rollout import final_info, read_jsonl, write_jsonl
 from agentgym.trainers.config import ConfigError, TrainConfig, config_dataclass, config_error, config_from_dict
 from agentgym.trainers.diagnostics import read_metrics, save_plot
@@ -242,7 +243,10 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: S
             config = _ADAPTER.validate_python({**dataclasses.asdict(config), **changes})
     except ValidationError as exc:
         raise config_error(exc, ExperimentConfig, "experiment configuration") from None
-    _train_config(config, SFT, config.seeds[0], [], [], Path(config.output_dir))  # the trainer checks its part now
+    try:
+        _train_config(config, SFT, config.seeds[0], [], [], Path(config.output_dir))  # the trainer checks its part now
+    except ConfigError as exc:  # named as the experiment file names them
+        raise ConfigError.listing("experiment configuration", [_in_training(problem) for problem in exc.problems]) from None
     return config
 
 
@@ -258,11 +262,19 @@ def _development_run(config: ExperimentConfig) -> ExperimentConfig:
     return _ADAPTER.validate_python(data)
 
 
+def _in_training(problem: str) -> str:
+    """A problem the trainer found, with its option's path as the experiment file spells it (``training.grpo.steps``)."""
+    path, colon, rest = problem.partition(": ")
+    is_path = colon and path.replace("_", "").replace(".", "").replace("[", "").replace("]", "").isalnum()
+    return f"training.{path}: {rest}" if is_path else f"training: {problem}"
+
+
 # --------------------------------------------------------------------------------- the protocol
 
 
-def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run (or resume) the experiment and write its results; returns the summary."""
+def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = print, progress: ProgressReport | None = None) -> dict[str, Any]:
+    """Run (or resume) the experiment and write its results; returns the summary. ``progress`` shows
+    the phases done (training runs and evaluations)."""
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = _tasks(config, out)
@@ -277,7 +289,7 @@ def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = pri
         for arm in [GRPO, *config.ablations]:
             train = _Phase(arm, seed, "train", after=sft.name)
             phases += [train, _Phase(arm, seed, "eval", after=train.name)]
-    _run_phases(config, tasks, phases, _Timings(out / "timings.json"), log)
+    _run_phases(config, tasks, phases, _Timings(out / "timings.json"), log, progress or ProgressReport(enabled=False))
     summary = summarize_experiment(out)
     log(f"results: {out / 'results.md'}")
     return summary
@@ -305,23 +317,29 @@ class _Phase:
         return (self.folder(out) / "run" / "report.md").is_file() and (self.folder(out) / "run" / "model").is_dir()
 
 
-def _run_phases(config: ExperimentConfig, tasks: dict[str, list[str]], phases: Sequence[_Phase], timings: _Timings, log: Callable[[str], None]) -> None:
+def _run_phases(
+    config: ExperimentConfig, tasks: dict[str, list[str]], phases: Sequence[_Phase], timings: _Timings, log: Callable[[str], None], progress: ProgressReport
+) -> None:
     """Run the unfinished phases in order, or ``config.jobs`` at a time (training phases first: they
     start the longest chains) in worker processes."""
     out = Path(config.output_dir)
     todo = [p for p in phases if not p.finished(out)]
+    progress.phase("phases", len(phases), completed=len(phases) - len(todo))
     started = time.perf_counter()
     try:
         if config.jobs == 1:
             for phase in todo:
                 timings.add(phase.name, _run_phase(config, tasks, phase, log))
+                progress.advance("phases", phase.name)
             return
-        _run_in_workers(config, tasks, todo, timings, log)
+        _run_in_workers(config, tasks, todo, timings, log, progress)
     finally:
         timings.add_wall(time.perf_counter() - started)
 
 
-def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo: list[_Phase], timings: _Timings, log: Callable[[str], None]) -> None:
+def _run_in_workers(
+    config: ExperimentConfig, tasks: dict[str, list[str]], todo: list[_Phase], timings: _Timings, log: Callable[[str], None], progress: ProgressReport
+) -> None:
     import multiprocessing
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
@@ -360,6 +378,7 @@ def _run_in_workers(config: ExperimentConfig, tasks: dict[str, list[str]], todo:
                     raise TrainerError(f"the worker running {phase.name} died (out of memory?); finished phases are kept: rerun to resume") from None
                 pending.discard(phase.name)
                 log(f"finished {phase.name}")
+                progress.advance("phases", phase.name)
     except BaseException:
         # Interrupted, or a phase failed: stop the phases still running (a rerun resumes them
         # from their checkpoints) instead of waiting for them.

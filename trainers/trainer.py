@@ -43,12 +43,13 @@ import torch
 from agentgym.env import check_task_ids
 from agentgym.models import DEFAULT_MODEL, ChatRenderer, collate
 from agentgym.models.loading import resolve_device
+from agentgym.progress import ProgressReport
 from agentgym.records import EpisodeRecord
 from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.seeding import derive_seed, stream_rng
 from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
-from agentgym.trainers.diagnostics import MetricsLogger, ProgressDisplay, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
+from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
 from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, loss_normalizer, masked_grpo_loss
 from agentgym.trainers.modeling import (
     Reference,
@@ -172,7 +173,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
     notes = list(logger.notes)
 
     device = next(policy.parameters()).device
-    with ProgressDisplay(console, enabled=config.logging.progress) as display, autocast(device, config.autocast):
+    with ProgressReport(console, enabled=config.logging.progress) as display, autocast(device, config.autocast):
 
         def evaluate(label: str) -> dict[str, float]:
             summary = _evaluate(policy, tokenizer, config, eval_tasks, display)
@@ -492,7 +493,7 @@ def _backend(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainC
     return HFBackend(cast("PreTrainedModel", policy), tokenizer, name=f"hf:{config.model or DEFAULT_MODEL}")
 
 
-def _evaluate(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainConfig, tasks: Sequence[str], display: ProgressDisplay) -> dict[str, float]:
+def _evaluate(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainConfig, tasks: Sequence[str], display: ProgressReport) -> dict[str, float]:
     """``eval.samples`` episodes per evaluation task, same seeds every time, so only the model changes."""
     rollout = rollout_config(config, tasks, seed=derive_seed(config.seed, _EVAL), evaluation=True)
     return eval_summary(run_rollouts(_backend(policy, tokenizer, config), rollout, progress=display.episodes("eval")))

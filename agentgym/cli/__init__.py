@@ -41,5 +41,16 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentgym", description="Deterministic multi-turn tool environments for agent RL.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
+        before = set(commands.choices)
         command.add_parser(commands)
+        for name in set(commands.choices) - before:
+            sub = commands.choices[name]
+            sub.description = sub.description or _description(command.__doc__ or "")
     return parser
+
+
+def _description(docstring: str) -> str:
+    """A command's ``--help`` description: its module docstring's first paragraph, less the ````agentgym NAME``: ```` it opens with."""
+    summary = " ".join(docstring.strip().split("\n\n")[0].split()).replace("``", "")
+    summary = summary.split(": ", 1)[1] if summary.startswith("agentgym") and ": " in summary else summary
+    return summary[:1].upper() + summary[1:]

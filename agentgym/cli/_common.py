@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
 
-__all__ = ["CLIError", "check_model_path", "env_arguments", "json_object", "make", "positive_int"]
+__all__ = ["CLIError", "check_model_path", "env_arguments", "json_object", "make", "positive_int", "quiet_argument"]
 
 
 class CLIError(Exception):
@@ -43,6 +43,13 @@ def env_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     p.add_argument("--split", default="train", choices=["train", "val", "test"], help="task split (default train)")
     p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
+
+
+def quiet_argument(p: argparse.ArgumentParser, *aliases: str) -> None:
+    """--quiet: the option of the long commands that turns their progress display off."""
+    p.add_argument(
+        "--quiet", "-q", *aliases, dest="quiet", action="store_true", help="no progress display (live bars on a terminal, a line every 30 s otherwise)"
+    )
 
 
 def make(args: argparse.Namespace, **extra: Any) -> MadeEnv:

@@ -1,14 +1,21 @@
-"""``agentgym eval``: roll a model out in an environment; print success with a confidence interval, reward, turns, tokens and error rates."""
+"""``agentgym eval``: roll a model out in an environment; print success with a confidence interval, reward, turns, tokens and error rates.
+
+With ``--out``, each episode is written as it finishes: Ctrl-C keeps the finished ones and prints
+their summary, and the same command resumes the run.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentgym.cli._common import CLIError, check_model_path, json_object, make, positive_int
+from agentgym.cli._common import CLIError, check_model_path, json_object, make, positive_int, quiet_argument
+
+if TYPE_CHECKING:
+    from agentgym.runner import Episode, RolloutConfig
 
 __all__ = ["add_parser", "run"]
 
@@ -44,17 +51,18 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
     p.add_argument("--out", help="write the episodes with their token ids and loss masks: JSON lines, or Parquet for .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    quiet_argument(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from dataclasses import asdict
 
+    from agentgym.episode_file import EpisodeFile
     from agentgym.evaluation import evaluate, print_report
     from agentgym.models import DEFAULT_MODEL, BackendError, ModelLoadError
-    from agentgym.rollout import write_records
-    from agentgym.runner import RolloutConfig
+    from agentgym.progress import ProgressReport
+    from agentgym.runner import Episode, RolloutConfig
 
     clashing = sorted({"split", "max_turns"} & set(args.env_kwargs))
     if clashing:
@@ -77,21 +85,39 @@ def run(args: argparse.Namespace) -> int:
     env = make(args)  # validates the id and kwargs before the model is loaded
     max_turns = config.max_turns or env.unwrapped.max_turns
     env.close()
-    if args.out and not Path(args.out).expanduser().resolve().parent.is_dir():
-        raise CLIError(f"cannot write {args.out}: its directory does not exist")
-    backend = _backend(args)
-    if config.max_total_tokens is None and _context_window(backend) is not None:
-        config = replace(config, max_total_tokens=_context_window(backend))
-    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(f"{args.env} episodes", total=config.num_episodes)
-        try:
-            result = evaluate(backend, config, progress=lambda done, total: bar.update(task, completed=done))
-        except (ModelLoadError, BackendError) as exc:
-            raise CLIError(str(exc)) from None
+    tokenizer = args.model or DEFAULT_MODEL
+    out = None
+    earlier: list[Episode] = []
     if args.out:
-        tokenizer = args.model or DEFAULT_MODEL
-        write_records(args.out, ({**e.to_dict(), "tokenizer": tokenizer} for e in result.episodes))
+        settings = {"command": "eval", "model": tokenizer, "backend": args.backend, "base_url": args.base_url, **asdict(config)}
+        out = EpisodeFile(args.out, settings, key=lambda record: (record["group"], record["member"]))
+        earlier = [Episode.from_dict(line) for line in out.open()]  # checks the settings before the model loads
+    finished = list(earlier)
+
+    def keep(episode: Episode) -> None:
+        finished.append(episode)
+        if out is not None:
+            out.write({**episode.to_dict(), "tokenizer": tokenizer})
+
+    try:
+        backend = _backend(args)
+        if config.max_total_tokens is None and _context_window(backend) is not None:
+            config = replace(config, max_total_tokens=_context_window(backend))
+        if earlier:
+            print(f"agentgym: resuming: {len(earlier)} of {config.num_episodes} episodes are already in {args.out}", file=sys.stderr)
+        with ProgressReport(enabled=not args.quiet) as progress:
+            try:
+                result = evaluate(backend, config, progress=progress.episodes(), on_episode=keep, earlier=earlier)
+            except (ModelLoadError, BackendError) as exc:
+                raise CLIError(str(exc)) from None
+    except KeyboardInterrupt:
+        if out is not None:
+            out.close()
+            del finished[out.finished :]  # Ctrl-C may have come before the last one was written
+        _report_interrupted(finished, config, args, backend_name=tokenizer)
+        return 130
+    if out is not None:
+        out.complete()
     summary = {
         "env": args.env,
         "policy": backend.name,
@@ -112,6 +138,19 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_report(summary)
     return 0
+
+
+def _report_interrupted(finished: list[Episode], config: RolloutConfig, args: argparse.Namespace, *, backend_name: str) -> None:
+    """After Ctrl-C: what finished, and where it is kept."""
+    from rich.console import Console
+
+    from agentgym.evaluation import eval_metrics, print_report
+
+    console = Console(stderr=True)
+    kept = f"; they are in {args.out}, and the same command resumes the run" if args.out else "; with --out they would have been kept"
+    console.print(f"agentgym: interrupted: {len(finished)} of {config.num_episodes} episodes finished{kept}", highlight=False)
+    if finished:
+        print_report({"env": args.env, "policy": backend_name, "split": args.split, **eval_metrics(finished)}, console)
 
 
 def _non_negative_float(text: str) -> float:

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentgym.cli._common import quiet_argument
+
 __all__ = ["add_parser", "run"]
 
 
@@ -27,6 +29,7 @@ def add_parser(commands: Any) -> None:
         metavar="S,S,...",
         help="training seeds instead of the configuration's; a finished results folder takes more seeds (its phases are kept), e.g. 0,1,2,3,4,5",
     )
+    quiet_argument(p)
     p.set_defaults(run=run)
 
 
@@ -48,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
                 raise ConfigError(f"{config.output_dir} holds no experiment to summarise")
             summarize_experiment(config.output_dir)
         else:
-            run_experiment(config, log=lambda line: print(line, file=sys.stderr))
+            from agentgym.progress import ProgressReport
+
+            with ProgressReport(enabled=not args.quiet) as progress:
+                run_experiment(config, log=lambda line: progress.console.print(line, highlight=False, markup=False), progress=progress)
     except (ConfigError, TrainerError, ModelLoadError) as exc:
         print(f"agentgym: error: {exc}", file=sys.stderr)
         return 2

@@ -64,8 +64,15 @@ def run(args: argparse.Namespace, read: Callable[[str], str] = input) -> int:
 
 
 def _show(console: Any, messages: Sequence[ChatMessage]) -> None:
+    from rich.markdown import Markdown
     from rich.text import Text
 
     for message in messages:
         label = message["role"] + (f":{message['name']}" if "name" in message else "")
-        console.print(Text.assemble((label, "bold cyan"), " ", message["content"]))
+        if message["role"] == "system":
+            # The policy is Markdown, hard-wrapped at 100 columns: reflowed to the terminal's width,
+            # not wrapped again line by line.
+            console.print(Text(label, "bold cyan"))
+            console.print(Markdown(message["content"]))
+        else:
+            console.print(Text.assemble((label, "bold cyan"), " ", message["content"]))

@@ -1,12 +1,16 @@
-"""``agentgym rollout``: run a scripted policy and write its trajectories (JSON lines or Parquet)."""
+"""``agentgym rollout``: run a scripted policy and write its trajectories (JSON lines or Parquet), each as it finishes; an interrupted run keeps them, and the same command resumes it."""
 
 from __future__ import annotations
 
 import argparse
 import json
-from typing import Any
+import sys
+from typing import TYPE_CHECKING, Any, cast
 
-from agentgym.cli._common import env_arguments, make, positive_int
+from agentgym.cli._common import env_arguments, make, positive_int, quiet_argument
+
+if TYPE_CHECKING:
+    from agentgym.records import EpisodeRecord
 
 __all__ = ["add_parser", "run"]
 
@@ -18,18 +22,43 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--episodes", type=positive_int, default=10, help="number of episodes (default 10)")
     p.add_argument("--out", required=True, help="output file: JSON lines, or Parquet when it ends in .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    quiet_argument(p)
     p.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from agentgym.rollout import make_policy, rollout, summarize, write_records
+    from agentgym.episode_file import EpisodeFile
+    from agentgym.progress import ProgressReport
+    from agentgym.rollout import make_policy, rollout, summarize
 
     env = make(args)  # validates the id, kwargs and policy before the output file is touched
     make_policy(env, args.policy, args.seed)
     env.close()
-    records = write_records(args.out, rollout(args.env, args.policy, episodes=args.episodes, seed=args.seed, split=args.split, env_kwargs=args.env_kwargs))
-    summary = {"env": args.env, "policy": args.policy, "split": args.split, **summarize(records), "out": args.out}
-    _print_summary(summary, args.json)
+    settings = {"command": "rollout", "env": args.env, "policy": args.policy, "episodes": args.episodes, "seed": args.seed, "split": args.split}
+    out = EpisodeFile(args.out, {**settings, "env_kwargs": args.env_kwargs}, key=lambda record: record["seed"] - args.seed)
+    records = cast("list[EpisodeRecord]", out.open())
+    if records:
+        print(f"agentgym: resuming: {len(records)} of {args.episodes} episodes are already in {args.out}", file=sys.stderr)
+    try:
+        with ProgressReport(enabled=not args.quiet) as progress:
+            progress.phase("episodes", args.episodes, completed=len(records))
+            todo = rollout(args.env, args.policy, episodes=args.episodes, seed=args.seed, split=args.split, env_kwargs=args.env_kwargs, skip=out.keys())
+            for record in todo:
+                records.append(record)
+                out.write(record)
+                progress.advance("episodes", f"{sum(r['turns'] for r in records)} turns")
+    except KeyboardInterrupt:
+        out.close()
+        records = records[: out.finished]  # Ctrl-C may have come before the last one was written
+        print(
+            f"agentgym: interrupted: {len(records)} of {args.episodes} episodes finished; they are in {args.out}, and the same command resumes the run",
+            file=sys.stderr,
+        )
+        if records:
+            _print_summary({"env": args.env, "policy": args.policy, "split": args.split, **summarize(records), "out": args.out}, args.json)
+        return 130
+    out.complete()
+    _print_summary({"env": args.env, "policy": args.policy, "split": args.split, **summarize(records), "out": args.out}, args.json)
     return 0
 
 

@@ -14,6 +14,7 @@ serving side: ``policies()`` is empty here.
 from __future__ import annotations
 
 import abc
+import json
 from typing import Any
 
 import gymnasium as gym
@@ -143,7 +144,7 @@ class RemoteEnv(SessionEnv):
             # Entered by hand: the session outlives any with-block of the caller; close() ends it.
             self._connection: ClientConnection | None = connection.__enter__()
         except InvalidStatus as exc:
-            raise RemoteEnvError(f"the server at {url} refused the session (HTTP {exc.response.status_code}): {exc.response.body!r}") from None
+            raise RemoteEnvError(f"the server at {url} refused the session (HTTP {exc.response.status_code}): {_reason(exc.response.body)}") from None
         except (OSError, WebSocketException, TimeoutError) as exc:
             raise RemoteEnvError(f"cannot reach an agentgym server at {url}: {exc}") from None
         try:
@@ -177,3 +178,13 @@ class RemoteEnv(SessionEnv):
         except (ConnectionClosed, OSError) as exc:
             self._connection = None
             raise RemoteEnvError(f"the connection to {self.url} closed: {exc}") from None
+
+
+def _reason(body: bytes | bytearray | None) -> str:
+    """What an HTTP refusal's body says: its JSON ``error``, else its text."""
+    text = bytes(body or b"").decode("utf-8", errors="replace").strip()
+    try:
+        error = json.loads(text).get("error")
+    except (json.JSONDecodeError, AttributeError):
+        error = None
+    return str(error) if isinstance(error, str) else text or "no reason given"

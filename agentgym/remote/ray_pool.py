@@ -14,6 +14,9 @@ When an actor or its node dies, every request of its sessions fails with
 rollout runner records it as failed with the reason, and the rest of the batch goes on), the
 pool starts a replacement, and the environment's next ``reset`` opens a fresh session on a live
 actor, so later episodes go on.
+
+Which actor holds an environment's session: ``env.unwrapped.actor_id`` (a Ray actor id, as the Ray
+dashboard and ``ray list actors`` show it); what each actor holds: :meth:`RayEnvPool.stats`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from agentgym.remote.session import CLIENT_ENV_IDS, answer, environment_for, err
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
 
-__all__ = ["EnvActor", "RayEnv", "RayEnvPool"]
+__all__ = ["ActorStats", "EnvActor", "RayEnv", "RayEnvPool"]
 
 _POOLS: dict[str, RayEnvPool] = {}
 
@@ -70,12 +73,40 @@ class EnvActor:
     def ping(self) -> int:
         return len(self.envs)
 
+    def placement(self) -> tuple[str, str, int]:
+        """Where this actor runs: its Ray actor id, its node's id and its process id."""
+        import ray
+
+        context = ray.get_runtime_context()
+        return context.get_actor_id() or "", context.get_node_id(), os.getpid()
+
+
+@dataclass(frozen=True)
+class ActorStats:
+    """One actor of a :class:`RayEnvPool`, as :meth:`RayEnvPool.stats` reports it.
+
+    Attributes:
+        actor_id: the Ray actor id (what ``env.unwrapped.actor_id`` names, and the Ray dashboard shows).
+        node_id: the Ray node it runs on.
+        pid: its worker process.
+        sessions: environments it holds now.
+        sessions_total: environments made on it since it started.
+    """
+
+    actor_id: str
+    node_id: str
+    pid: int
+    sessions: int
+    sessions_total: int
+
 
 @dataclass
 class _Actor:
     handle: Any
     load: int = 0
     alive: bool = True
+    sessions_total: int = 0
+    placement: tuple[str, str, int] | None = None  # fetched once, when first asked for
 
 
 class RayEnvPool:
@@ -114,6 +145,7 @@ class RayEnvPool:
         self._remote = ray.remote(EnvActor).options(num_cpus=num_cpus, resources=resources or {}, max_restarts=0)
         self._allowed = allowed_envs
         self._condition = threading.Condition()
+        self._timeout_s = 60.0  # for asking an actor where it runs
         self._actors = [self._start() for _ in range(size)]
         ray.get([a.handle.ping.remote() for a in self._actors])  # every actor is up before the pool is used
         _POOLS[name] = self
@@ -139,6 +171,7 @@ class RayEnvPool:
                 if free:
                     actor = min(free, key=lambda a: a.load)
                     actor.load += 1
+                    actor.sessions_total += 1
                     return actor
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -164,6 +197,12 @@ class RayEnvPool:
             self.replaced += 1
             self._condition.notify_all()
 
+    def stats(self) -> list[ActorStats]:
+        """The live actors in pool order: where each runs and how many sessions it holds and has held."""
+        with self._condition:
+            actors = [a for a in self._actors if a.alive]
+        return [ActorStats(*_placement(a, self._timeout_s), sessions=a.load, sessions_total=a.sessions_total) for a in actors]
+
     def close(self) -> None:
         """Kill every actor (their environments go with them) and forget the name."""
         import ray
@@ -178,6 +217,15 @@ class RayEnvPool:
 
     def _start(self) -> _Actor:
         return _Actor(self._remote.remote(self._allowed))
+
+
+def _placement(actor: _Actor, timeout_s: float) -> tuple[str, str, int]:
+    """Where ``actor`` runs (asked once)."""
+    import ray
+
+    if actor.placement is None:
+        actor.placement = ray.get(actor.handle.placement.remote(), timeout=timeout_s)
+    return actor.placement
 
 
 _sessions = itertools.count(1)
@@ -198,7 +246,7 @@ class RayEnv(SessionEnv):
         self, env_id: str, env_kwargs: dict[str, Any] | None = None, *, pool: RayEnvPool | str = "default", timeout_s: float = 120.0, **make_kwargs: Any
     ) -> None:
         self.pool = pool if isinstance(pool, RayEnvPool) else RayEnvPool.named(pool)
-        self.timeout_s = timeout_s
+        self.env_id, self.timeout_s = env_id, timeout_s
         self._make = {"op": "make", "env_id": env_id, "kwargs": {**(env_kwargs or {}), **make_kwargs}}
         self._actor: _Actor | None = None
         self._open()
@@ -207,6 +255,11 @@ class RayEnv(SessionEnv):
         if self._actor is None:  # its actor died: start again on a live one
             self._open()
         return super().reset(seed=seed, options=options)
+
+    @property
+    def actor_id(self) -> str | None:
+        """The Ray actor id of the actor holding this environment's session (None after it died, until the next reset)."""
+        return None if self._actor is None else _placement(self._actor, self.timeout_s)[0]
 
     def close(self) -> None:
         actor, self._actor = self._actor, None

@@ -44,6 +44,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from agentgym.remote.arguments import ClientArguments
+from agentgym.remote.exposition import CONTENT_TYPE as EXPOSITION_CONTENT_TYPE
+from agentgym.remote.exposition import exposition
 from agentgym.remote.protocol import MAX_MESSAGE_BYTES, OPS, PROTOCOL, ProtocolError, dumps, loads
 from agentgym.remote.session import CLIENT_ENV_IDS, ServerFull, answer, environment_for, error_reply, hello
 
@@ -58,7 +60,8 @@ _RATE_WINDOW_S = 10.0  # steps/s is measured over this many recent seconds
 
 @dataclass(frozen=True)
 class Metrics:
-    """What ``GET /metrics`` reports.
+    """What ``GET /metrics`` reports: in the Prometheus text format (:mod:`agentgym.remote.exposition`),
+    or as these fields in JSON with ``?format=json`` or ``Accept: application/json``.
 
     Attributes:
         sessions: sessions open now.
@@ -272,7 +275,13 @@ class EnvServer:
         if not self._authorized(request):
             return _json_response(connection, HTTPStatus.UNAUTHORIZED, {"error": "a valid bearer token is required"})
         if path == "/metrics":
-            return _json_response(connection, HTTPStatus.OK, asdict(self.metrics()))
+            metrics = self.metrics()
+            if "format=json" in request.path.partition("?")[2].split("&") or "application/json" in request.headers.get("Accept", ""):
+                return _json_response(connection, HTTPStatus.OK, asdict(metrics))
+            response = connection.respond(HTTPStatus.OK, exposition(metrics))
+            del response.headers["Content-Type"]  # respond() set text/plain without the format's version
+            response.headers["Content-Type"] = EXPOSITION_CONTENT_TYPE
+            return response
         if path in ("/", "/v1/session") and request.headers.get("Upgrade", "").lower() == "websocket":
             return None  # go on with the WebSocket handshake
         return _json_response(connection, HTTPStatus.NOT_FOUND, {"error": f"no such endpoint {path!r}; sessions are WebSockets on /v1/session"})

@@ -37,8 +37,8 @@ def remote(server: EnvServer, env_id: str, **kwargs) -> gym.Env:
     return gym.make(REMOTE, url=server.url, env_id=env_id, **kwargs)
 
 
-def http_get(server: EnvServer, path: str, token: str | None = None) -> tuple[int, dict]:
-    request = urllib.request.Request(server.url.replace("ws://", "http://") + path)
+def http_get(server: EnvServer, path: str, token: str | None = None, accept: str = "application/json") -> tuple[int, dict]:
+    request = urllib.request.Request(server.url.replace("ws://", "http://") + path, headers={"Accept": accept})
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -106,8 +106,26 @@ def test_concurrent_sessions_do_not_interfere(server):
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(play, records))
-    status, metrics = http_get(server, "/metrics")
+    status, metrics = http_get(server, "/metrics?format=json")
     assert status == 200 and metrics["steps_total"] > 0 and metrics["step_p50_ms"] > 0 and metrics["sessions_total"] >= 16
+
+
+def test_metrics_are_in_the_prometheus_text_format(server):
+    parser = pytest.importorskip("prometheus_client.parser")
+    env = remote(server, "agentgym/Refund-v0")
+    env.reset(seed=0)
+    env.step("hello")
+    with urllib.request.urlopen(server.url.replace("ws://", "http://") + "/metrics", timeout=10) as response:
+        content_type, text = response.headers["Content-Type"], response.read().decode()
+    env.close()
+    assert content_type.startswith("text/plain; version=0.0.4")
+    families = {family.name: family for family in parser.text_string_to_metric_families(text)}
+    assert {"agentgym_steps", "agentgym_sessions", "agentgym_sessions_open", "agentgym_step_latency_seconds", "agentgym_queue_depth"} <= set(families)
+    assert families["agentgym_steps"].type == "counter" and families["agentgym_steps"].samples[0].value >= 1
+    quantiles = {s.labels["quantile"]: s.value for s in families["agentgym_step_latency_seconds"].samples}
+    assert set(quantiles) == {"0.5", "0.99"} and 0 < quantiles["0.5"] <= quantiles["0.99"]
+    as_json = http_get(server, "/metrics", accept="application/json")[1]
+    assert as_json["steps_total"] == families["agentgym_steps"].samples[0].value
 
 
 def test_errors_cross_the_wire_and_the_session_goes_on(server):
@@ -174,8 +192,9 @@ def test_token_is_required_when_set():
     with EnvServer(token="s3cret") as guarded:
         with pytest.raises(RemoteEnvError, match="401"):
             remote(guarded, "agentgym/SQL-v0")
-        with pytest.raises(RemoteEnvError, match="401"):
+        with pytest.raises(RemoteEnvError, match="401") as refused:
             remote(guarded, "agentgym/SQL-v0", token="wrong")
+        assert str(refused.value).endswith("(HTTP 401): a valid bearer token is required")  # the reason, not the raw body
         env = remote(guarded, "agentgym/SQL-v0", token="s3cret")
         assert env.reset(seed=0)[0]
         env.close()
@@ -364,3 +383,16 @@ def test_the_session_limit_holds_under_concurrent_makes(monkeypatch):
                 remote(failing, "agentgym/SQL-v0", split="nope")
         env = remote(failing, "agentgym/SQL-v0")
         env.close()
+
+
+def test_scripted_policies_are_refused_clearly_on_a_remote_env(server, tmp_path, capsys):
+    from agentgym.cli import main
+
+    env = remote(server, "agentgym/SQL-v0")
+    with pytest.raises(ValueError, match=r"Remote-v0 runs no scripted policies.*agentgym.make_env\('agentgym/SQL-v0'\)"):
+        run_episode(env, "oracle")
+    env.close()
+    kwargs = json.dumps({"url": server.url, "env_id": "agentgym/SQL-v0"})
+    assert main(["rollout", REMOTE, "--env-kwargs", kwargs, "--out", str(tmp_path / "x.jsonl")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "runs no scripted policies" in err and "choose from" not in err

@@ -75,6 +75,22 @@ def test_a_killed_actor_fails_its_episode_and_the_pool_replaces_it(pool):
     env.close()
 
 
+def test_the_pool_tells_which_actor_holds_each_environment(pool):
+    before = {s.actor_id: s for s in pool.stats()}
+    assert set(before) == {a.handle._actor_id.hex() for a in pool._actors}
+    envs = [gym.make(RAY, env_id="agentgym/SQL-v0", pool=pool) for _ in range(3)]
+    holders = [env.unwrapped.actor_id for env in envs]
+    assert holders == [env.unwrapped._actor.handle._actor_id.hex() for env in envs]
+    after = {s.actor_id: s for s in pool.stats()}
+    for actor_id, stats in after.items():
+        made = holders.count(actor_id)
+        assert stats.sessions == before[actor_id].sessions + made and stats.sessions_total == before[actor_id].sessions_total + made
+        assert stats.pid > 0 and stats.node_id
+    for env in envs:
+        env.close()
+    assert sum(s.sessions for s in pool.stats()) == sum(s.sessions for s in before.values())
+
+
 def test_back_pressure_when_every_actor_is_full(pool):
     tight = RayEnvPool(size=1, num_cpus=0.25, sessions_per_actor=1, name="tight")
     try:
