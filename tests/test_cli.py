@@ -120,6 +120,29 @@ def test_list_names_every_environment_and_the_clients():
     assert [e["kind"] for e in listed[-2:]] == ["client", "client"] and all(e["description"] for e in listed)
 
 
+def test_list_scores_are_the_committed_experiment_summaries(capsys):
+    from pathlib import Path
+
+    from agentgym.cli import main
+    from agentgym.envs import ENVIRONMENTS
+    from agentgym.envs.scores import expected_scores
+
+    root = Path(__file__).resolve().parents[1]
+    scores = expected_scores()
+    assert scores and set(scores) <= set(ENVIRONMENTS)
+    for env_id, expected in scores.items():
+        summary = json.loads((root / expected.source).read_text())
+        assert summary["env_id"] == env_id and tuple(summary["seeds"]) == expected.seeds and summary["run"] == "reported"
+        for arm, score in expected.arms.items():
+            measured = summary["arms"][arm]
+            assert score.n == measured["n"] and abs(score.success - measured["success"]) < 1e-4
+            assert all(abs(a - b) < 1e-4 for a, b in zip(score.ci, measured["ci"], strict=True))
+    assert main(["list", "--scores", "--json"]) == 0
+    listed = {e["id"]: e for e in json.loads(capsys.readouterr().out)}
+    assert listed["agentgym/SQL-v0"]["expected_scores"]["arms"]["grpo"]["n"] == scores["agentgym/SQL-v0"].arms["grpo"].n
+    assert listed["agentgym/Refund-v0"]["expected_scores"] is None or "agentgym/Refund-v0" in scores
+
+
 def test_every_command_says_what_it_does_in_its_help(capsys):
     from agentgym.cli import COMMANDS, _parser
 
