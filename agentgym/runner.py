@@ -40,6 +40,7 @@ from agentgym.models import ChatRenderer, Generation, GenerationBackend, Traject
 from agentgym.models.backend import as_streaming
 from agentgym.records import ChatMessage, EpisodeRecord, ModelEpisodeRecord, TrajectoryRecord, TurnRecord
 from agentgym.seeding import derive_seed
+from agentgym.tools import InfraError
 
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
@@ -131,8 +132,11 @@ class Episode:
         group: index of the task group; episodes of a group share a task.
         reward: the episode's reward (``record["reward"]``; 0 when the token budget stopped it).
         stop_reason: ``"done"`` (the environment terminated), ``"max_turns"`` (it truncated),
-            ``"token_budget"``, or ``"error"`` (the environment raised on a turn or its reply could
-            not be tokenized; ``record["error"]`` says what, and the reward is 0).
+            ``"token_budget"``, ``"error"`` (the environment raised on a turn or its reply could
+            not be tokenized; ``record["error"]`` says what, and the reward is 0), or
+            ``"infra_error"`` (likewise, for a failure of the machinery behind the environment, an
+            :class:`~agentgym.tools.InfraError`: the reward 0 is not the model's; see
+            :attr:`infra_error`).
         turns: per assistant turn: ``turn``, ``seed``, ``prompt_ids``, ``sampled_ids``, ``logprobs``,
             ``finish_reason``, ``text``, ``tool_calls`` (``name``, ``arguments``, ``id``),
             ``parse_errors``, ``env_messages``, ``env_message_ids`` (the masked delta that follows the
@@ -148,6 +152,11 @@ class Episode:
     stop_reason: StopReason
     turns: list[TurnRecord]
     member: int = 0
+
+    @property
+    def infra_error(self) -> bool:
+        """Whether the machinery failed under this episode: its reward says nothing of the model."""
+        return self.stop_reason == "infra_error"
 
     def to_dict(self) -> TrajectoryRecord:
         """One JSON-ready line: the episode record, the trajectory, and its flat token ids and loss mask
@@ -402,7 +411,7 @@ class _Run:
         try:
             base = agent_env(episode.env).episode_record()
         except Exception as exc:  # noqa: BLE001 - the environment is out of reach (a remote one died): record what we saw
-            stop_reason = "error"
+            stop_reason = "infra_error" if isinstance(exc, InfraError) else "error"
             error = error or f"the environment's record could not be read: {type(exc).__name__}: {exc}"
             base = self._lost_record(plan, episode)
         record: ModelEpisodeRecord = {**base, "policy": self.backend.name, "group": plan.group, "member": plan.member, "stop_reason": stop_reason}
