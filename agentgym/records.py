@@ -249,6 +249,7 @@ class ModelEpisodeRecord(EpisodeRecord):
     member: int  # index within the group
     stop_reason: StopReason
     error: NotRequired[str]  # stop_reason "error" or "infra_error": what failed (the reward is then 0)
+    infra_retries: NotRequired[int]  # times the episode was played again after an "infra_error" (RolloutRunner.run)
     difficulty: NotRequired[str]  # copied from the task, when it has one
     template: NotRequired[str]  # copied from the task, when it has one
 

@@ -268,8 +268,15 @@ class RolloutRunner:
         self.backend = backend
         self.last_timing: RolloutTiming | None = None
 
-    def run(self, config: RolloutConfig, *, progress: ProgressFn | None = None) -> list[Episode]:
-        """Play ``config.num_episodes`` episodes; see :func:`run_rollouts`."""
+    def run(self, config: RolloutConfig, *, progress: ProgressFn | None = None, infra_retries: int = 0) -> list[Episode]:
+        """Play ``config.num_episodes`` episodes; see :func:`run_rollouts`.
+
+        ``infra_retries``: times an episode the machinery failed under (``stop_reason ==
+        "infra_error"``) is played again, with the same task and seeds; the last try is returned,
+        its record counting the replays in ``infra_retries``.
+        """
+        if infra_retries < 0:
+            raise ValueError(f"infra_retries must be at least 0; got {infra_retries}")
         timing = RolloutTiming()
         started = time.perf_counter()
         # A run starts from an empty key/value cache, so what an earlier run left there cannot change
@@ -288,6 +295,15 @@ class RolloutRunner:
             envs.extend(_make_env(config) for _ in range(slots - 1))
             with ThreadPoolExecutor(max_workers=min(config.env_workers, slots)) as pool:
                 episodes = _Run(self.backend, config, renderer, pool, timing, progress).play(plan, envs)
+                for _ in range(infra_retries):
+                    failed = {(e.group, e.member): e for e in episodes if e.infra_error}
+                    if not failed:
+                        break
+                    again = _Run(self.backend, config, renderer, pool, timing, None).play([p for p in plan if (p.group, p.member) in failed], envs)
+                    for episode in again:
+                        episode.record["infra_retries"] = failed[episode.group, episode.member].record.get("infra_retries", 0) + 1
+                    replayed = {(e.group, e.member): e for e in again}
+                    episodes = [replayed.get((e.group, e.member), e) for e in episodes]
         finally:
             for env in envs:
                 env.close()
