@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 
 import pytest
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(__file__)))
 from processes import alive, children_of
 
 from agentgym.envs import make_env
