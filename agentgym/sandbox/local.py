@@ -14,9 +14,10 @@ instead of waiting for a new one to set up.
 The backend supervises its fork server. When the server is found stopped (it exited or was
 killed: it is the first process the kernel's OOM killer picks; it stopped answering; a run's end
 went unreported past its deadline), what it held is lost: its workspaces and runs raise
-:class:`SandboxLost`. The next use starts a new server, at once the first time and after a
-doubling pause after each failed start; after ``MAX_FAILED_RESTARTS`` failed starts in a row the
-backend gives up for good. Each stop is logged once, and counted (:meth:`LocalBackend.generation`,
+:class:`SandboxLost`. The next use starts a new server (other threads wait for it): at once, and
+after a failed start again after a doubling pause (``RESTART_BACKOFF_S``, then twice that...);
+after ``MAX_FAILED_RESTARTS`` failed starts in a row the backend gives up for good, with an
+error that says so. Each stop is logged once, and counted (:meth:`LocalBackend.generation`,
 :attr:`LocalBackend.restarts`).
 """
 
@@ -61,7 +62,8 @@ CONTROL_TIMEOUT_S = 10.0
 PREPARED_MAX_AGE_S = 60.0
 PREPARED_WAIT_S = 120.0
 # A fork server that cannot be started again this many times in a row is given up for good; after
-# a failed start, the next waits RESTART_BACKOFF_S, doubling with each further failure.
+# a failed start, the next waits RESTART_BACKOFF_S, doubling with each further failure (0.5 + 1 +
+# 2 + 4 s in all: long enough for a moment of memory pressure to pass).
 MAX_FAILED_RESTARTS = 5
 RESTART_BACKOFF_S = 0.5
 # Pre-imported by the fork server so runs do not pay for them; all stdlib.
@@ -174,7 +176,6 @@ class LocalBackend(Backend):
         self._generation = 0
         self._restarts = 0
         self._failed_restarts = 0  # in a row
-        self._restart_at = 0.0  # time.monotonic() before which no new start is tried
         self._workspaces: dict[str, int] = {}  # workspace -> the generation that opened it (atomic operations only)
         self._queued: collections.deque[dict[str, Any]] = collections.deque()  # messages a finalizer could not send
         self._cgroups = Cgroups()
@@ -406,23 +407,24 @@ class LocalBackend(Backend):
         self._prepared.clear()
 
     def _restart(self) -> None:
-        """Start a new fork server in place of the stopped one (bounded, see the module docstring)."""
-        wait = self._restart_at - time.monotonic()
-        if wait > 0:
-            raise SandboxLost(f"{self._stopped}; starting a new one failed {self._failed_restarts} times in a row, the next try is in {wait:.1f} s")
-        self._finalizer.detach()
-        try:
-            self._sock, self._proc = _launch()
-        except SandboxUnavailable as exc:
-            self._failed_restarts += 1
-            if self._failed_restarts >= MAX_FAILED_RESTARTS:
-                self._dead = f"gave up after {self._failed_restarts} failed starts of its fork server in a row, the last: {exc}"
-                _log.error("agentgym sandbox: %s", self._dead)
-                raise SandboxLost(f"the local sandbox backend is not running ({self._dead})") from None
-            self._restart_at = time.monotonic() + RESTART_BACKOFF_S * 2 ** (self._failed_restarts - 1)
-            raise SandboxLost(f"{self._stopped}; starting a new one failed ({exc})") from None
-        finally:
-            self._finalizer = weakref.finalize(self, _shutdown, self._sock, self._proc, self._cgroups, self._groups)
+        """Start a new fork server in place of the stopped one (bounded, see the module docstring).
+        The caller holds the lock: other threads wait for the new server rather than fail."""
+        while True:
+            pause = RESTART_BACKOFF_S * 2 ** (self._failed_restarts - 1) if self._failed_restarts else 0.0
+            time.sleep(pause)
+            self._finalizer.detach()
+            try:
+                self._sock, self._proc = _launch()
+                break
+            except SandboxUnavailable as exc:
+                self._failed_restarts += 1
+                if self._failed_restarts >= MAX_FAILED_RESTARTS:
+                    self._dead = f"gave up after {self._failed_restarts} failed starts of its fork server in a row, the last: {exc}"
+                    _log.error("agentgym sandbox: %s", self._dead)
+                    raise SandboxLost(f"the local sandbox backend is not running ({self._dead})") from None
+                _log.warning("agentgym sandbox: a new fork server could not start (%s); trying again", exc)
+            finally:
+                self._finalizer = weakref.finalize(self, _shutdown, self._sock, self._proc, self._cgroups, self._groups)
         self._stopped, self._failed_restarts = None, 0
         self._restarts += 1
         _log.warning("agentgym sandbox: started a new fork server (restart %d)", self._restarts)
@@ -486,12 +488,18 @@ def _stderr_tail(proc: subprocess.Popen[bytes]) -> str:
 
 
 def _stop_server(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
-    """End a fork server that stopped serving, at once: killing its launcher kills the server (its
-    parent-death signal) and so every sandbox in its pid namespace, even a server that is only stuck."""
+    """End a fork server that stopped serving, at once, even one that is only stuck: killing the
+    server kills every sandbox in its pid namespace, and its launcher reaps it and exits (a
+    launcher that cannot is killed too, which kills the server by its parent-death signal)."""
     sock.close()
-    with contextlib.suppress(OSError):
-        proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/task/{proc.pid}/children", encoding="ascii") as handle:
+        for pid in handle.read().split():
+            os.kill(int(pid), signal.SIGKILL)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
     if proc.stderr is not None:
         proc.stderr.close()
 

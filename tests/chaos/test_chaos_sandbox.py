@@ -37,7 +37,9 @@ def config() -> RolloutConfig:
 
 
 def kill_server(backend) -> None:
-    os.kill(backend._proc.pid, signal.SIGKILL)
+    """SIGKILL the fork server (pid 1 of the sandboxes' pid namespace), as the OOM killer would."""
+    (server,) = children_of(backend._proc.pid)
+    os.kill(server, signal.SIGKILL)
 
 
 def once(wrapped, before):

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import pytest
 from fakes import OracleScript
+from processes import children_of
 
 from agentgym.models import Generation, SamplingParams, load_tokenizer
 from agentgym.parsing import format_tool_call
@@ -79,7 +80,8 @@ def test_grpo_trains_on_correctly_graded_groups_only_while_the_fork_server_is_ki
         gradings[0] += 1
         if gradings[0] in (2, 8, 15):
             kills.append(gradings[0])
-            os.kill(backend._proc.pid, signal.SIGKILL)
+            (server,) = children_of(backend._proc.pid)  # the fork server, under its launcher
+            os.kill(server, signal.SIGKILL)
         return real_grade(self, *args, **kwargs)
 
     monkeypatch.setattr(Grader, "_grade", grade)
