@@ -13,7 +13,7 @@ instead of waiting for a new one to set up.
 
 The backend supervises its fork server. When the server is found stopped (it exited or was
 killed: it is the first process the kernel's OOM killer picks; it stopped answering; a run's end
-went unreported past its deadline), what it held is lost: its workspaces and runs raise
+went unreported past its deadline while the server is stopped by a signal), what it held is lost: its workspaces and runs raise
 :class:`SandboxLost`. The next use starts a new server (other threads wait for it): at once, and
 after a failed start again after a doubling pause (``RESTART_BACKOFF_S``, then twice that...);
 after ``MAX_FAILED_RESTARTS`` failed starts in a row the backend gives up for good, with an
@@ -322,12 +322,16 @@ class LocalBackend(Backend):
     def restarts(self) -> int:
         return self._restarts
 
-    def lost(self, generation: int, why: str) -> SandboxLost:
-        """A run of ``generation`` saw its server fail (``why``): that server is ended if it still
-        runs (a new one starts on next use). Returns the error for the run's caller."""
+    def unreported(self, generation: int) -> SandboxError:
+        """A run of ``generation`` went unreported past its deadline: the error for its caller. When
+        its server is stopped (by a signal) or gone, the server is ended (a new one starts on next
+        use) and the run is lost with it; a server that is only slow (busy tearing down large runs)
+        is left alone, and the run alone fails."""
         with self._lock:
-            if generation == self._generation:
-                self._stop(why)
+            if generation == self._generation and self._stopped is None and self._dead is None:
+                if self._serving() and not _halted(self._proc):
+                    return SandboxError("the sandbox did not report the end of the run")
+                self._stop("it did not report the end of a run past its deadline, and is stopped")
         return SandboxLost(f"the sandbox's fork server stopped during the run ({self._last_stop})")
 
     # -------------------------------------------------------------------- control socket
@@ -487,6 +491,18 @@ def _stderr_tail(proc: subprocess.Popen[bytes]) -> str:
     return f": {text[-2000:]}" if text else ""
 
 
+def _halted(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the fork server under launcher ``proc`` (or the launcher itself) is stopped by a signal."""
+    pids = [str(proc.pid)]
+    with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/task/{proc.pid}/children", encoding="ascii") as handle:
+        pids += handle.read().split()
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            if handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return True
+    return False
+
+
 def _stop_server(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
     """End a fork server that stopped serving, at once, even one that is only stuck: killing the
     server kills every sandbox in its pid namespace, and its launcher reaps it and exits (a
@@ -577,8 +593,8 @@ class LocalProcess(SandboxProcess):
             self.kill()
             if not self._pump(lambda: not self._open, time.monotonic() + GRACE_S):
                 self._close_all()
-                # The server kills a run at its deadline and reports it: one that did not is stuck.
-                raise self._backend.lost(self.generation, "it did not report the end of a run past its deadline")
+                # The server kills a run at its deadline and reports it: one that did not is slow or stuck.
+                raise self._backend.unreported(self.generation)
         try:
             status = marshal.loads(self._status) if self._status else {}
         except (ValueError, EOFError, TypeError):  # cut short: the fork server died while writing it

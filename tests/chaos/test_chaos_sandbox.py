@@ -10,7 +10,7 @@ import signal
 import time
 
 import pytest
-from conftest import ChaosOracle
+from chaos_oracle import ChaosOracle
 from fakes import OracleScript
 from processes import alive, children_of
 
