@@ -61,6 +61,9 @@ def test_grpo_trains_on_correctly_graded_groups_only_while_the_fork_server_is_ki
             "rollout.group_size": 2,
             "rollout.max_new_tokens": 1024,
             "rollout.env_kwargs": {"backend": "local"},
+            # One environment steps at a time, so a kill takes the grading it interrupts and the
+            # episodes of the same step that were in flight on that server, not the whole step.
+            "rollout.env_workers": 1,
             "grpo.steps": 3,
             "optim.lr": 1e-4,
             "eval.enabled": False,
