@@ -22,7 +22,7 @@ from agentgym.records import (
     TrajectoryRecord,
     TurnRecord,
 )
-from agentgym.tools import Tool, ToolError, tool
+from agentgym.tools import InfraError, Tool, ToolError, tool
 
 __version__ = "0.1.0"
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "ChatMessage",
     "EnvInfo",
     "EpisodeRecord",
+    "InfraError",
     "Label",
     "LabelledRecord",
     "ModelEpisodeRecord",

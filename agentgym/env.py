@@ -24,7 +24,7 @@ import gymnasium as gym
 from agentgym.parsing import ParsedAction, ToolCall, parse_action, scrub_text
 from agentgym.records import ChatMessage, EnvInfo, EpisodeRecord, StepInfo, StepRecord, TaskRecord
 from agentgym.spaces import AssistantTurn, ChatMessages
-from agentgym.tools import Tool, ToolError, cap_result, tools_of
+from agentgym.tools import InfraError, Tool, ToolError, cap_result, tools_of
 from agentgym.verifiers.result import RewardResult
 
 if TYPE_CHECKING:
@@ -308,6 +308,8 @@ class ToolEnv(gym.Env[list[Message], Any], Generic[TaskT], metaclass=abc.ABCMeta
             result = tool.fn(self, **call.arguments)
         except ToolError as exc:
             return self._error_message(call.id, str(exc), counts, name=call.name, kind="tool_errors")
+        except InfraError:
+            raise  # not the model's doing: the episode ends, labelled (docs/core.md, Failures)
         except Exception as exc:  # noqa: BLE001 - a tool bug must not end the episode; it is reported and counted
             return self._error_message(call.id, f"{call.name} failed: {type(exc).__name__}: {exc}", counts, name=call.name, kind="tool_errors")
         content = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)

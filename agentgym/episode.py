@@ -17,7 +17,9 @@ until the environment ends the episode or the token budget does. Then :meth:`tra
 
 An exception while the environment steps or while its reply is tokenized ends that episode alone
 (``stop_reason == "error"``, reward 0, the message in :attr:`TokenEpisode.error`): in a batch of
-thousands of model outputs, one that breaks an environment must not take the batch down.
+thousands of model outputs, one that breaks an environment must not take the batch down. An
+:class:`~agentgym.tools.InfraError` (the machinery behind the environment failed) ends it the same
+way with ``stop_reason == "infra_error"``: a reward 0 that is not the model's, which consumers drop.
 
 How an episode is played — its budgets and sampling — is one :class:`RolloutSettings`, which the
 runner's configuration, the trainer's YAML ``rollout`` section, ``agentgym eval``'s flags and the
@@ -39,6 +41,7 @@ from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.parsing import parse_action
 from agentgym.records import ChatMessage, StepError, StepInfo, StopReason, TurnRecord
 from agentgym.seeding import derive_seed
+from agentgym.tools import InfraError
 
 __all__ = ["EpisodeOutcome", "EpisodeTokens", "RolloutSettings", "StopReason", "TokenEpisode", "episode_outcome", "turn_seed"]
 
@@ -324,7 +327,7 @@ class TokenEpisode:
             info = cast(StepInfo, step_info)  # gymnasium types info as a plain dict; an agentgym env's is a StepInfo
         except Exception as exc:  # noqa: BLE001 - isolated to this episode and recorded (see the module docstring)
             message = f"the environment failed on turn {len(self.turns) + 1}: {type(exc).__name__}: {exc}"
-            self._fail(message)
+            self._fail(message, "infra_error" if isinstance(exc, InfraError) else "error")
             observation, reward, terminated, truncated, info = [], 0.0, False, True, {"error": message}
         assert self._sampled is not None
         prompt, generation = self._sampled
@@ -382,10 +385,10 @@ class TokenEpisode:
         elif self._phase != "over":
             self._end("token_budget")
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str, reason: StopReason = "error") -> None:
         """End the episode on an error; the trajectory stops after the last sampled turn."""
         self.error = message
-        self._end("error")
+        self._end(reason)
 
     def _end(self, reason: StopReason, trajectory: Trajectory | None = None) -> None:
         self._phase, self.stop_reason = "over", reason

@@ -12,6 +12,10 @@ quantities alike) and add:
 * ``tool_calls_per_turn`` and ``tool_error_rate`` (executed calls that raised a tool error), next to
   ``format_errors_per_turn`` (unparseable calls, invalid arguments, unknown tools);
 * ``stop_reasons`` and ``per_difficulty`` (tasks carry a ``difficulty`` field);
+* ``infra_errors``: episodes the machinery failed under (``stop_reason == "infra_error"``), after
+  :func:`evaluate` played each again ``infra_retries`` times (``infra_retried`` counts the replays).
+  They are no evidence about the policy: every other metric leaves them out (``stop_reasons``
+  still lists them);
 * ``policy_violations_per_episode``: the mean of the final ``info["policy_violations"]`` over the
   episodes whose environment reports it (e.g. TauRetail-v0); absent when none does;
 * with several trials per task (``group_size`` > 1): ``pass_hat_k``, τ-bench's pass^k for k = 1 …
@@ -132,6 +136,14 @@ def eval_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
     """Summary metrics of finished episodes (see the module docstring for their definitions)."""
     if not episodes:
         raise ValueError("no episodes to evaluate")
+    every, episodes = episodes, [e for e in episodes if not e.infra_error]
+    machinery = {
+        "infra_errors": len(every) - len(episodes),
+        "infra_retried": sum(int(e.record.get("infra_retries", 0)) for e in every),
+        "stop_reasons": dict(sorted(Counter(e.stop_reason for e in every).items())),
+    }
+    if not episodes:
+        return {"episodes": 0, **machinery}
     components: dict[str, list[float]] = {}
     for episode in episodes:
         for name, value in episode.record["reward_components"].items():
@@ -154,7 +166,7 @@ def eval_metrics(episodes: Sequence[Episode]) -> dict[str, Any]:
         "tool_calls_per_turn": counts["tool_calls"] / max(turns, 1),
         "tool_error_rate": counts["tool_errors"] / counts["tool_calls"] if counts["tool_calls"] else None,
         **_violation_metrics(episodes),
-        "stop_reasons": dict(sorted(Counter(e.stop_reason for e in episodes).items())),
+        **machinery,
         "per_difficulty": {level: _group_metrics(by_difficulty[level]) for level in levels},
     }
 
@@ -194,15 +206,18 @@ def evaluate(
     progress: ProgressFn | None = None,
     on_episode: EpisodeFn | None = None,
     earlier: Sequence[Episode] = (),
+    infra_retries: int = 1,
 ) -> EvalResult:
     """Roll ``backend`` out as ``config`` says and summarise the episodes.
 
     ``on_episode`` gets each episode as it finishes. ``earlier`` holds episodes of this
     configuration that an interrupted run finished: they are not played again, and they count in
-    the result as if this run had played them (the timing covers this run alone).
+    the result as if this run had played them (the timing covers this run alone). An episode the
+    machinery failed under is played again up to ``infra_retries`` times (see
+    :meth:`RolloutRunner.run`).
     """
     runner = RolloutRunner(backend)
-    played = runner.run(config, progress=progress, on_episode=on_episode, skip={(e.group, e.member) for e in earlier})
+    played = runner.run(config, progress=progress, on_episode=on_episode, skip={(e.group, e.member) for e in earlier}, infra_retries=infra_retries)
     episodes = sorted([*earlier, *played], key=lambda e: (e.group, e.member))
     assert runner.last_timing is not None
     return EvalResult(config=config, episodes=episodes, metrics=eval_metrics(episodes), timing=runner.last_timing)

@@ -84,9 +84,11 @@ __all__ = [
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
-StopReason = Literal["done", "max_turns", "token_budget", "error"]
+StopReason = Literal["done", "max_turns", "token_budget", "error", "infra_error"]
 """Why a model-driven episode ended: the environment terminated it (``done``) or truncated it
-(``max_turns``), the token budget ran out, or the environment failed (``error``)."""
+(``max_turns``), the token budget ran out, the environment failed (``error``), or the machinery
+behind it did (``infra_error``: an :class:`agentgym.InfraError`, not the model's doing; trainers and
+evaluations leave such episodes out)."""
 FinishReason = Literal["stop", "length"]
 """Why a sampled turn ended: the end-of-turn token (``stop``) or the token limit (``length``)."""
 SegmentKind = Literal["prompt", "sampled", "closing", "env"]
@@ -246,7 +248,8 @@ class ModelEpisodeRecord(EpisodeRecord):
     group: int  # the task group (episodes of a group share a task)
     member: int  # index within the group
     stop_reason: StopReason
-    error: NotRequired[str]  # stop_reason "error": what failed (the reward is then 0)
+    error: NotRequired[str]  # stop_reason "error" or "infra_error": what failed (the reward is then 0)
+    infra_retries: NotRequired[int]  # times the episode was played again after an "infra_error" (RolloutRunner.run)
     difficulty: NotRequired[str]  # copied from the task, when it has one
     template: NotRequired[str]  # copied from the task, when it has one
 

@@ -40,6 +40,7 @@ from agentgym.models import ChatRenderer, Generation, GenerationBackend, Traject
 from agentgym.models.backend import as_streaming
 from agentgym.records import ChatMessage, EpisodeRecord, ModelEpisodeRecord, TrajectoryRecord, TurnRecord
 from agentgym.seeding import derive_seed
+from agentgym.tools import InfraError
 
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
@@ -165,8 +166,11 @@ class Episode:
         group: index of the task group; episodes of a group share a task.
         reward: the episode's reward (``record["reward"]``; 0 when the token budget stopped it).
         stop_reason: ``"done"`` (the environment terminated), ``"max_turns"`` (it truncated),
-            ``"token_budget"``, or ``"error"`` (the environment raised on a turn or its reply could
-            not be tokenized; ``record["error"]`` says what, and the reward is 0).
+            ``"token_budget"``, ``"error"`` (the environment raised on a turn or its reply could
+            not be tokenized; ``record["error"]`` says what, and the reward is 0), or
+            ``"infra_error"`` (likewise, for a failure of the machinery behind the environment, an
+            :class:`~agentgym.tools.InfraError`: the reward 0 is not the model's; see
+            :attr:`infra_error`).
         turns: per assistant turn: ``turn``, ``seed``, ``prompt_ids``, ``sampled_ids``, ``logprobs``,
             ``finish_reason``, ``text``, ``tool_calls`` (``name``, ``arguments``, ``id``),
             ``parse_errors``, ``env_messages``, ``env_message_ids`` (the masked delta that follows the
@@ -182,6 +186,11 @@ class Episode:
     stop_reason: StopReason
     turns: list[TurnRecord]
     member: int = 0
+
+    @property
+    def infra_error(self) -> bool:
+        """Whether the machinery failed under this episode: its reward says nothing of the model."""
+        return self.stop_reason == "infra_error"
 
     def to_dict(self) -> TrajectoryRecord:
         """One JSON-ready line: the episode record, the trajectory, and its flat token ids and loss mask
@@ -309,14 +318,25 @@ class RolloutRunner:
         self.last_timing: RolloutTiming | None = None
 
     def run(
-        self, config: RolloutConfig, *, progress: ProgressFn | None = None, on_episode: EpisodeFn | None = None, skip: Collection[tuple[int, int]] = ()
+        self,
+        config: RolloutConfig,
+        *,
+        progress: ProgressFn | None = None,
+        on_episode: EpisodeFn | None = None,
+        skip: Collection[tuple[int, int]] = (),
+        infra_retries: int = 0,
     ) -> list[Episode]:
         """Play ``config.num_episodes`` episodes; see :func:`run_rollouts`.
 
         ``on_episode`` is called with each episode as it finishes (so a caller can write it at once);
         the episodes whose ``(group, member)`` is in ``skip`` are not played (they were finished by
         an earlier, interrupted run) and are left out of the result; the others keep their seeds.
+        ``infra_retries``: times an episode the machinery failed under (``stop_reason ==
+        "infra_error"``) is played again, with the same task and seeds; the last try is returned
+        (and given to ``on_episode``), its record counting the replays in ``infra_retries``.
         """
+        if infra_retries < 0:
+            raise ValueError(f"infra_retries must be at least 0; got {infra_retries}")
         timing = RolloutTiming()
         started = time.perf_counter()
         # A run starts from an empty key/value cache, so what an earlier run left there cannot change
@@ -334,8 +354,25 @@ class RolloutRunner:
             slots = max(1, min(len(plan), config.max_concurrent or len(plan)))
             envs.extend(_make_env(config) for _ in range(slots - 1))
             with ThreadPoolExecutor(max_workers=min(config.env_workers, slots)) as pool:
-                run = _Run(self.backend, config, renderer, pool, timing, progress, on_episode, skipped=config.num_episodes - len(plan))
+                # An episode that will be played again reaches on_episode only in its last try.
+                deliver = None if on_episode is None else _unless_retried(on_episode, infra_retries)
+                run = _Run(self.backend, config, renderer, pool, timing, progress, deliver, skipped=config.num_episodes - len(plan))
                 episodes = run.play(plan, envs)
+                for _ in range(infra_retries):
+                    failed = {(e.group, e.member): e for e in episodes if e.infra_error}
+                    if not failed:
+                        break
+                    again = _Run(self.backend, config, renderer, pool, timing, None, deliver, skipped=0).play(
+                        [p for p in plan if (p.group, p.member) in failed], envs
+                    )
+                    for episode in again:
+                        episode.record["infra_retries"] = failed[episode.group, episode.member].record.get("infra_retries", 0) + 1
+                    replayed = {(e.group, e.member): e for e in again}
+                    episodes = [replayed.get((e.group, e.member), e) for e in episodes]
+                if on_episode is not None and infra_retries:
+                    for episode in episodes:
+                        if episode.infra_error:
+                            on_episode(episode)
         finally:
             for env in envs:
                 env.close()
@@ -348,6 +385,16 @@ class RolloutRunner:
         timing.episodes = len(episodes)
         self.last_timing = timing
         return episodes
+
+
+def _unless_retried(on_episode: EpisodeFn, infra_retries: int) -> EpisodeFn:
+    """``on_episode`` for every episode but those the machinery failed under while retries remain."""
+
+    def deliver(episode: Episode) -> None:
+        if not (infra_retries and episode.infra_error):
+            on_episode(episode)
+
+    return deliver
 
 
 class _Run:
@@ -469,7 +516,7 @@ class _Run:
         try:
             base = agent_env(episode.env).episode_record()
         except Exception as exc:  # noqa: BLE001 - the environment is out of reach (a remote one died): record what we saw
-            stop_reason = "error"
+            stop_reason = "infra_error" if isinstance(exc, InfraError) else "error"
             error = error or f"the environment's record could not be read: {type(exc).__name__}: {exc}"
             base = self._lost_record(plan, episode)
         record: ModelEpisodeRecord = {**base, "policy": self.backend.name, "group": plan.group, "member": plan.member, "stop_reason": stop_reason}

@@ -20,7 +20,7 @@ import jsonschema
 
 from agentgym.parsing import scrub_text
 
-__all__ = ["MAX_RESULT_BYTES", "Tool", "ToolError", "cap_result", "tool", "tools_of"]
+__all__ = ["MAX_RESULT_BYTES", "InfraError", "Tool", "ToolError", "cap_result", "tool", "tools_of"]
 
 # What one tool result may hold (UTF-8 bytes): a model's context, and every cache of results,
 # stays bounded whatever a query or a program prints.
@@ -31,6 +31,14 @@ class ToolError(Exception):
     """Raised by a tool for an error the model should read (bad id, policy violation...).
 
     The message becomes the tool's observation; the environment counts it as a tool error.
+    """
+
+
+class InfraError(Exception):
+    """Raised by a tool (or an environment) when the machinery behind it failed: a sandbox server
+    that stopped, a grading that could not run for that reason, a service that went away. Nothing
+    the model did, so the episode does not score it: it ends with ``stop_reason == "infra_error"``
+    and the cause in the record, and trainers and evaluations leave it out (docs/core.md, Failures).
     """
 
 

@@ -51,12 +51,18 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
     episode), ``episode/turn_tokens`` (sampled tokens per turn), ``episode/sequence_tokens``,
     ``episode/format_error_rate`` and ``episode/tool_error_rate`` (per turn),
     ``episode/capped_turn_rate`` (turns that hit ``max_new_tokens``), ``episode/stop_<reason>``
-    (share of episodes per stop reason), ``groups/zero_variance`` (share of groups whose rewards
+    (share of all episodes per stop reason), ``groups/zero_variance`` (share of groups whose rewards
     are all equal) and ``groups/identical`` (share of groups whose members sampled exactly the
-    same tokens).
+    same tokens), ``episode/infra_errors`` (how many episodes the machinery failed under: they are
+    left out of every other statistic, which are the model's).
     """
     if not episodes:
         raise ValueError("no episodes to measure")
+    every, episodes = episodes, [e for e in episodes if not e.infra_error]
+    stops = {f"episode/stop_{reason}": _mean([float(e.stop_reason == reason) for e in every]) for reason in get_args(StopReason)}
+    infra_errors = {"episode/infra_errors": float(len(every) - len(episodes))}
+    if not episodes:
+        return {"reward/mean": NAN, "episode/success_rate": NAN, **stops, **infra_errors}
     rewards = [e.reward for e in episodes]
     turns = sum(int(e.record.get("turns", len(e.turns))) for e in episodes)
     sampled_turns = [len(t["sampled_ids"]) for e in episodes for t in e.turns]
@@ -72,8 +78,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         "episode/tool_error_rate": sum(_counts(e).get("tool_errors", 0) for e in episodes) / max(turns, 1),
         "episode/capped_turn_rate": _mean([float(t["finish_reason"] == "length") for e in episodes for t in e.turns]),
     }
-    for reason in get_args(StopReason):
-        metrics[f"episode/stop_{reason}"] = _mean([float(e.stop_reason == reason) for e in episodes])
+    metrics.update(stops)
     components = sorted({name for e in episodes for name in e.record.get("reward_components", {})})
     for name in components:
         values = [float(e.record["reward_components"][name]) for e in episodes if name in e.record.get("reward_components", {})]
@@ -83,6 +88,7 @@ def rollout_metrics(episodes: Sequence[Episode]) -> dict[str, float]:
         groups.setdefault(e.group, []).append(e)
     metrics["groups/zero_variance"] = _mean([float(len({m.reward for m in g}) == 1) for g in groups.values()])
     metrics["groups/identical"] = _mean([float(len(g) > 1 and len({_sampled(m) for m in g}) == 1) for g in groups.values()])
+    metrics.update(infra_errors)
     return metrics
 
 
@@ -95,7 +101,15 @@ def _sampled(episode: Episode) -> tuple[int, ...]:
 def eval_summary(episodes: Sequence[Episode]) -> dict[str, float]:
     """The evaluation numbers of the report: success, reward and its components, turns, error rates."""
     m = rollout_metrics(episodes)
-    keep = ("reward/", "episode/success_rate", "episode/turns", "episode/response_tokens", "episode/format_error_rate", "episode/tool_error_rate")
+    keep = (
+        "reward/",
+        "episode/success_rate",
+        "episode/turns",
+        "episode/response_tokens",
+        "episode/format_error_rate",
+        "episode/tool_error_rate",
+        "episode/infra_errors",
+    )
     out = {k: v for k, v in m.items() if k.startswith(keep) and k != "reward/std"}
     out["episodes"] = float(len(episodes))
     return out

@@ -98,6 +98,9 @@ class EvaluationSection:
         temperature: sampling temperature (0: greedy).
         env_kwargs: ``gym.make`` arguments of the evaluation episodes.
         seed: the seed the environment seeds of the trials derive from (the same for every arm).
+        infra_retries: times an episode the machinery failed under is played again (see
+            :meth:`agentgym.runner.RolloutRunner.run`); one that still fails is left out of every
+            arm's statistics and counted in ``infra_errors``.
     """
 
     tasks: TaskPick = field(default_factory=lambda: TaskPick(splits=("test",)))
@@ -105,6 +108,7 @@ class EvaluationSection:
     temperature: Annotated[float, Field(ge=0)] = 0.0
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     seed: int = 100_000
+    infra_retries: Annotated[int, Field(ge=0)] = 1
 
 
 @config_dataclass("development section")
@@ -572,7 +576,7 @@ def _evaluate(
             tool_mode=r.tool_mode,
             env_kwargs=dict(ev.env_kwargs),
         )
-        for episode in RolloutRunner(backend).run(rollout):
+        for episode in RolloutRunner(backend).run(rollout, infra_retries=ev.infra_retries):
             records.append(_eval_record(episode, arm=arm, seed=seed, trial=episode.member, split=split))
     path.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(path, records)
@@ -735,7 +739,9 @@ def _read_arm(out: Path, arm: str, seeds: Sequence[int]) -> list[dict[str, Any]]
 
 
 def _arm_summary(rows: Sequence[Mapping[str, Any]], trials: int) -> dict[str, Any]:
-    """Success (pooled, with a Wilson interval), its spread over seeds, pass^k, and episode statistics."""
+    """Success (pooled, with a Wilson interval), its spread over seeds, pass^k, and episode statistics,
+    over the episodes the machinery did not fail under (those are counted in ``infra_errors``)."""
+    every, rows = rows, [r for r in rows if r["stop_reason"] != "infra_error"]
     successes = sum(r["success"] for r in rows)
     per_seed: dict[Any, list[bool]] = defaultdict(list)
     per_task: dict[tuple[Any, str], list[bool]] = defaultdict(list)
@@ -755,7 +761,7 @@ def _arm_summary(rows: Sequence[Mapping[str, Any]], trials: int) -> dict[str, An
         "seed_mean": statistics.fmean(seed_rates),
         "seed_std": statistics.stdev(seed_rates) if len(seed_rates) > 1 else 0.0,
         "mean_reward": statistics.fmean(r["reward"] for r in rows),
-        **{f"pass^{k}": pass_hat_k(per_task, k) for k in range(1, trials + 1)},
+        **{f"pass^{k}": _pass_hat_k(per_task, k) for k in range(1, trials + 1)},
         "mean_turns": statistics.fmean(r["turns"] for r in rows),
         "format_errors_per_turn": sum(r["format_errors"] for r in rows) / max(1, sum(r["turns"] for r in rows)),
         "mean_sampled_tokens": statistics.fmean(r["sampled_tokens"] for r in rows),
@@ -764,7 +770,14 @@ def _arm_summary(rows: Sequence[Mapping[str, Any]], trials: int) -> dict[str, An
         "success_after_a_fault": _rate([r["success"] for r in rows if r["faults"] > 0]),
         "success_without_faults": _rate([r["success"] for r in rows if r["faults"] == 0]),
         "per_template": {t: {"n": len(v), "success": statistics.fmean(v)} for t, v in sorted(per_template.items())},
+        "infra_errors": len(every) - len(rows),
     }
+
+
+def _pass_hat_k(per_task: Mapping[Any, Sequence[bool]], k: int) -> float:
+    """pass^k over the tasks with at least ``k`` trials left (an infra error removes one); NaN if none has."""
+    complete = {task: trials for task, trials in per_task.items() if len(trials) >= k}
+    return pass_hat_k(complete, k) if complete else math.nan
 
 
 def _rate(values: Sequence[bool]) -> float | None:
@@ -777,8 +790,9 @@ def _template(row: Mapping[str, Any]) -> str:
 
 
 def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Success difference on identical (seed, task, trial) episodes, with a bootstrap interval over tasks."""
-    base = {(r["seed"], r["task_id"], r["trial"]): r["success"] for r in base_rows}
+    """Success difference on identical (seed, task, trial) episodes, with a bootstrap interval over
+    tasks; a pair with an episode the machinery failed under is left out."""
+    base = {(r["seed"], r["task_id"], r["trial"]): r for r in base_rows}
     by_task: dict[str, list[float]] = defaultdict(list)
     by_seed: dict[str, list[float]] = defaultdict(list)
     wins = losses = 0
@@ -786,7 +800,9 @@ def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Map
         key = (r["seed"], r["task_id"], r["trial"])
         if key not in base:
             raise ValueError(f"no paired episode for {key}")
-        d = float(r["success"]) - float(base[key])
+        if "infra_error" in (r["stop_reason"], base[key]["stop_reason"]):
+            continue
+        d = float(r["success"]) - float(base[key]["success"])
         wins += d > 0
         losses += d < 0
         by_task[r["task_id"]].append(d)

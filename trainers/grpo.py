@@ -228,6 +228,28 @@ def filter_degenerate_groups(rewards: torch.Tensor | Sequence[float], group_size
     return torch.arange(grouped.numel()).reshape(grouped.shape)[keep].reshape(-1)
 
 
+def intact_groups(infra_errors: Sequence[bool], group_size: int) -> torch.Tensor:
+    """Indices of the samples in groups where no episode met a failure of the machinery.
+
+    A group with an ``infra_error`` episode is dropped whole: that episode's reward 0 is not the
+    model's, and without it the group has neither its size (the advantages' reshape, the
+    mini-batches of whole groups) nor an unbiased baseline for its other members.
+
+    Args:
+        infra_errors: [N] whether each trajectory's episode ended with ``stop_reason == "infra_error"``,
+            grouped as in :func:`group_advantages`.
+        group_size: samples per group, at least 1.
+
+    Returns:
+        Sorted int64 indices of every sample of every intact group.
+    """
+    flags = torch.as_tensor([bool(f) for f in infra_errors], dtype=torch.bool)
+    if group_size < 1 or flags.numel() % group_size:
+        raise ValueError(f"the number of episodes ({flags.numel()}) must be a multiple of group_size ({group_size})")
+    grouped = flags.reshape(-1, group_size)
+    return torch.arange(flags.numel()).reshape(grouped.shape)[~grouped.any(dim=1)].reshape(-1)
+
+
 def _aggregate(per_token: torch.Tensor, weights: torch.Tensor, loss_agg: str, max_len: int, normalizer: float) -> torch.Tensor:
     """Sum per trajectory as ``loss_agg`` prescribes, then divide by the batch-level count."""
     token_sums = (per_token * weights).sum(dim=1)  # [B]

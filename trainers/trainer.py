@@ -50,7 +50,7 @@ from agentgym.seeding import derive_seed, stream_rng
 from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
 from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
-from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, loss_normalizer, masked_grpo_loss
+from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, intact_groups, loss_normalizer, masked_grpo_loss
 from agentgym.trainers.modeling import (
     Reference,
     TensorBatch,
@@ -320,20 +320,27 @@ def grpo_update(
     """The GRPO update on one rollout batch: advantages, then ``g.epochs`` passes of mini-batch steps.
 
     ``episodes`` are ordered by group (``group_size`` consecutive episodes share a task), as
-    :func:`agentgym.runner.run_rollouts` returns them.
+    :func:`agentgym.runner.run_rollouts` returns them. A group with an episode the machinery failed
+    under (``stop_reason == "infra_error"``) is left out whole (:func:`intact_groups`).
 
     Returns:
         Metrics: ``loss/total`` and ``loss/pg`` (per optimiser step), ``policy/kl``,
         ``policy/entropy``, ``policy/clip_frac`` (lower and upper clip together),
         ``policy/ratio_mean`` (token means over every forward pass), ``optim/grad_norm`` (mean
         before clipping), ``optim/lr``, ``optim/updates``, ``batch/trajectories`` (after filtering),
-        ``batch/loss_tokens``, ``groups/degenerate`` and ``advantage/abs_mean``.
+        ``batch/loss_tokens``, ``groups/degenerate``, ``groups/infra_dropped`` (groups left out for an
+        infra error) and ``advantage/abs_mean``.
     """
     device = next(policy.parameters()).device
+    intact = intact_groups([e.infra_error for e in episodes], group_size)
+    dropped = {"groups/infra_dropped": float((len(episodes) - len(intact)) // group_size)}
+    if len(intact) == 0:  # nothing the model's rewards say; the schedule does not advance either
+        return {**dropped, "groups/degenerate": 0.0, "batch/trajectories": 0.0, "optim/updates": 0.0}
+    episodes = [episodes[int(i)] for i in intact]
     rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
     advantages, adv_stats = group_advantages(rewards, group_size, scale_by_std=g.scale_by_std)
     keep = filter_degenerate_groups(rewards, group_size) if g.filter_degenerate else torch.arange(len(episodes))
-    metrics: dict[str, float] = {"groups/degenerate": adv_stats["degenerate_groups"], "batch/trajectories": float(len(keep))}
+    metrics: dict[str, float] = {**dropped, "groups/degenerate": adv_stats["degenerate_groups"], "batch/trajectories": float(len(keep))}
     if len(keep) == 0:  # nothing to learn from; the schedule does not advance either
         return {**metrics, "optim/updates": 0.0}
     kept = [episodes[int(i)] for i in keep]

@@ -16,6 +16,7 @@ import gymnasium as gym
 
 from agentgym.cli import audit_tasks, evaluate, experiment, inspect_trajectory, list_envs, play, rollout, serve, sft, train, validate_reward
 from agentgym.cli._common import CLIError
+from agentgym.tools import InfraError
 
 __all__ = ["COMMANDS", "CLIError", "main"]
 
@@ -35,6 +36,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CLIError, ValueError, FileNotFoundError, IsADirectoryError, PermissionError, gym.error.Error) as exc:
         print(f"agentgym: error: {exc}", file=sys.stderr)
         return 2
+    except InfraError as exc:  # a scripted episode's machinery failed (model episodes record it instead)
+        print(f"agentgym: infrastructure error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -9,7 +9,7 @@
 The server and the clients need the ``serve`` extra (the ``websockets`` package).
 """
 
-from agentgym.remote.client import RemoteEnv, RemoteEnvError
+from agentgym.remote.client import RemoteEnv, RemoteEnvError, SessionLost
 from agentgym.remote.server import EnvServer, Metrics
 
-__all__ = ["EnvServer", "Metrics", "RemoteEnv", "RemoteEnvError"]
+__all__ = ["EnvServer", "Metrics", "RemoteEnv", "RemoteEnvError", "SessionLost"]

@@ -9,12 +9,20 @@ environment (``reset``, ``step``, ``tools``, ``task_ids``, ``task``, ``tasks``, 
 ``counts``, ``episode_record()``, ``compute_reward()``), and the same seed and actions give the
 same episode, byte for byte, as the environment in-process. Scripted policies stay on the
 serving side: ``policies()`` is empty here.
+
+A ``RemoteEnv`` whose connection is lost (the server restarted, the network failed, no answer in
+time) raises :class:`SessionLost`, an :class:`~agentgym.tools.InfraError`: the episode in flight
+is gone and ends as an infrastructure error. The next ``reset`` connects again (retrying for up to
+``reconnect_s``) and opens a new session of the same environment; :attr:`RemoteEnv.reconnects`
+counts them.
 """
 
 from __future__ import annotations
 
 import abc
 import json
+import logging
+import time
 from typing import Any
 
 import gymnasium as gym
@@ -25,13 +33,21 @@ from agentgym.env import EpisodeOver
 from agentgym.records import ChatMessage, EpisodeRecord
 from agentgym.remote.protocol import MAX_MESSAGE_BYTES, PROTOCOL, ProtocolError, dumps, loads
 from agentgym.spaces import AssistantTurn, ChatMessages
+from agentgym.tools import InfraError
 from agentgym.verifiers.result import RewardResult
 
-__all__ = ["RemoteEnv", "RemoteEnvError", "SessionEnv"]
+__all__ = ["RemoteEnv", "RemoteEnvError", "SessionEnv", "SessionLost"]
+
+_log = logging.getLogger(__name__)
 
 
 class RemoteEnvError(RuntimeError):
     """The session's other end could not be reached, refused the session, or failed a request."""
+
+
+class SessionLost(RemoteEnvError, InfraError):
+    """The connection to the session was lost: its episode is gone (an infrastructure failure, not
+    the model's); the next ``reset`` opens a new session."""
 
 
 _RAISED: dict[str, type[Exception]] = {
@@ -123,38 +139,77 @@ class RemoteEnv(SessionEnv):
         env_kwargs: its ``gym.make`` keyword arguments (JSON values).
         token: the server's bearer token, if it has one.
         timeout_s: how long one request may take before the session is given up.
+        reconnect_s: how long a ``reset`` after a lost connection keeps trying to connect again.
         **make_kwargs: more ``gym.make`` arguments for the served environment, merged into
             ``env_kwargs`` (so the rollout runner's and adapters' ``split=``/``max_turns=`` reach it).
     """
 
     def __init__(
-        self, url: str, env_id: str, env_kwargs: dict[str, Any] | None = None, *, token: str | None = None, timeout_s: float = 120.0, **make_kwargs: Any
+        self,
+        url: str,
+        env_id: str,
+        env_kwargs: dict[str, Any] | None = None,
+        *,
+        token: str | None = None,
+        timeout_s: float = 120.0,
+        reconnect_s: float = 30.0,
+        **make_kwargs: Any,
     ) -> None:
-        self.url, self.env_id, self.timeout_s = url, env_id, timeout_s
-        headers = {"Authorization": f"Bearer {token}"} if token else None
+        self.url, self.env_id, self.timeout_s, self.reconnect_s = url, env_id, timeout_s, reconnect_s
+        self._headers = {"Authorization": f"Bearer {token}"} if token else None
+        self._make = {"op": "make", "env_id": env_id, "kwargs": {**(env_kwargs or {}), **make_kwargs}}
+        self._lost = False  # the connection was lost (not closed by the caller): reset opens a new session
+        self.reconnects = 0
+        self._connection: ClientConnection | None = None
+        self._open()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[list[ChatMessage], dict[str, Any]]:
+        if self._lost:
+            self._reopen()
+        return super().reset(seed=seed, options=options)
+
+    def _open(self) -> None:
+        """Connect and make the environment (a new session)."""
         try:
             connection = connect(
-                url.rstrip("/") + "/v1/session",
-                additional_headers=headers,
+                self.url.rstrip("/") + "/v1/session",
+                additional_headers=self._headers,
                 max_size=MAX_MESSAGE_BYTES,
                 compression=None,
-                open_timeout=timeout_s,
+                open_timeout=self.timeout_s,
                 close_timeout=5,
             )
             # Entered by hand: the session outlives any with-block of the caller; close() ends it.
-            self._connection: ClientConnection | None = connection.__enter__()
+            self._connection = connection.__enter__()
         except InvalidStatus as exc:
-            raise RemoteEnvError(f"the server at {url} refused the session (HTTP {exc.response.status_code}): {_reason(exc.response.body)}") from None
+            raise RemoteEnvError(f"the server at {self.url} refused the session (HTTP {exc.response.status_code}): {_reason(exc.response.body)}") from None
         except (OSError, WebSocketException, TimeoutError) as exc:
-            raise RemoteEnvError(f"cannot reach an agentgym server at {url}: {exc}") from None
+            raise RemoteEnvError(f"cannot reach an agentgym server at {self.url}: {exc}") from None
         try:
-            self.describe(self.call({"op": "make", "env_id": env_id, "kwargs": {**(env_kwargs or {}), **make_kwargs}}))
+            self.describe(self.call(self._make))
         except BaseException:
             self.close()
             raise
 
+    def _reopen(self) -> None:
+        """After a lost connection: connect again, retrying with a doubling pause for up to ``reconnect_s``."""
+        deadline, pause = time.monotonic() + self.reconnect_s, 0.1
+        while True:
+            try:
+                self._open()
+                break
+            except RemoteEnvError as exc:
+                if time.monotonic() + pause > deadline:
+                    raise SessionLost(f"the connection to {self.url} was lost and could not be opened again within {self.reconnect_s:g} s: {exc}") from None
+                time.sleep(pause)
+                pause = min(2 * pause, 2.0)
+        self._lost = False
+        self.reconnects += 1
+        _log.warning("agentgym remote: reconnected to %s with a new session of %s (reconnect %d)", self.url, self.env_id, self.reconnects)
+
     def close(self) -> None:
         """End the session; the server closes its environment."""
+        self._lost = False
         connection, self._connection = self._connection, None
         if connection is None:
             return
@@ -168,16 +223,19 @@ class RemoteEnv(SessionEnv):
 
     def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         if self._connection is None:
+            if self._lost:
+                raise SessionLost(f"the connection to {self.url} was lost; the next reset opens a new session")
             raise RemoteEnvError("the session is closed")
         try:
             self._connection.send(dumps(message))
             return loads(self._connection.recv(timeout=self.timeout_s))
         except TimeoutError:
             self.close()
-            raise RemoteEnvError(f"no answer from {self.url} within {self.timeout_s:g} s; the session is closed") from None
+            self._lost = True
+            raise SessionLost(f"no answer from {self.url} within {self.timeout_s:g} s; the session is closed") from None
         except (ConnectionClosed, OSError) as exc:
-            self._connection = None
-            raise RemoteEnvError(f"the connection to {self.url} closed: {exc}") from None
+            self._connection, self._lost = None, True
+            raise SessionLost(f"the connection to {self.url} closed: {exc}") from None
 
 
 def _reason(body: bytes | bytearray | None) -> str:

@@ -10,10 +10,10 @@ What is and is not isolated is stated in ``docs/security.md``.
 from agentgym.sandbox.backend import Backend, SandboxProcess
 from agentgym.sandbox.grading import AssertTests, CheckTests, FunctionTests, Grade, Grader, IOCase
 from agentgym.sandbox.limits import Limits
-from agentgym.sandbox.result import ExecResult, SandboxError, SandboxUnavailable
+from agentgym.sandbox.result import ExecResult, SandboxError, SandboxLost, SandboxUnavailable
 from agentgym.sandbox.sandbox import BACKENDS, Sandbox, get_backend
 
 __all__ = [
     "BACKENDS", "AssertTests", "Backend", "CheckTests", "ExecResult", "FunctionTests", "Grade", "Grader", "IOCase", "Limits",
-    "Sandbox", "SandboxError", "SandboxProcess", "SandboxUnavailable", "get_backend",
+    "Sandbox", "SandboxError", "SandboxLost", "SandboxProcess", "SandboxUnavailable", "get_backend",
 ]  # fmt: skip

@@ -104,6 +104,18 @@ class Backend(abc.ABC):
     def abandon(self) -> None:  # noqa: B027 - an optional hook: backends without host state need nothing here
         """In a forked child: drop this (the parent's) backend without touching its sandboxes."""
 
+    def generation(self) -> int:
+        """How many times this backend's machinery (the local backend's fork server) has been found
+        stopped; 0 for backends with no such server. Workspaces and runs begun in an earlier
+        generation were lost with it, so a caller that compares the value before and after some
+        work tells a failure of the machinery from one of the sandboxed code. Checking costs a poll."""
+        return 0
+
+    @property
+    def restarts(self) -> int:
+        """How many times this backend restarted its machinery after it stopped (see :meth:`generation`)."""
+        return 0
+
 
 class Capture:
     """A bounded byte buffer for one output stream: bytes beyond ``limit`` are counted as truncated."""

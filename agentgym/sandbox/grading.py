@@ -25,6 +25,13 @@ Grading fails closed: when grading itself fails, for whatever reason (a sandbox 
 start, output the protocol cannot carry), the submission scores 0 like a wrong one, with one
 fixed reason. The words never depend on what went wrong, so a submission cannot steer them with
 the hidden inputs it receives.
+
+One cause is told apart, from what the host saw of the backend alone: when the backend's machinery
+failed during the grading (the local fork server stopped, or no backend can run), the grade also
+says so in :attr:`Grade.infra_error`, so that the episode is not scored as the model's failure.
+Nothing a submission does inside its sandbox can stop the fork server (see docs/security.md), so
+a submission that breaks its own grading (kills itself, exhausts its limits, attacks the harness)
+stays a failed one.
 """
 
 from __future__ import annotations
@@ -47,8 +54,8 @@ from typing import Any, NamedTuple
 from agentgym.sandbox._harness import Callee, encode, same
 from agentgym.sandbox.backend import Backend, SandboxProcess
 from agentgym.sandbox.limits import Limits
-from agentgym.sandbox.result import SandboxError
-from agentgym.sandbox.sandbox import Sandbox
+from agentgym.sandbox.result import SandboxError, SandboxLost
+from agentgym.sandbox.sandbox import Sandbox, get_backend
 
 __all__ = ["CRASH_SCORE", "GRADING_FAILED", "GRADING_LIMITS", "AssertTests", "CheckTests", "FunctionTests", "Grade", "Grader", "IOCase", "TestSpec"]
 
@@ -132,6 +139,9 @@ class Grade:
         crashed: the submission crashed, exited or timed out before any test ran.
         reason: one sentence for people; never quotes hidden test data.
         details: failure notes and the submission's standard error tail (for logs, not for the model).
+        infra_error: set when the backend's machinery failed during the grading (what failed); the
+            grade is then a failed grading (score 0, ``GRADING_FAILED``) that says nothing about
+            the submission. None otherwise.
     """
 
     score: float
@@ -140,6 +150,7 @@ class Grade:
     crashed: bool
     reason: str
     details: dict[str, Any] = field(default_factory=dict)
+    infra_error: str | None = None
 
 
 class Grader:
@@ -176,9 +187,18 @@ class Grader:
             raise TypeError(f"code must be a str; got {type(code).__name__}")
         total = len(tests.cases) if isinstance(tests, FunctionTests) else len(tests.asserts) if isinstance(tests, AssertTests) else 1
         try:
-            return self._grade(code, tests, total)
+            backend = self.backend if isinstance(self.backend, Backend) else get_backend(self.backend)
+            generation = backend.generation()
+        except SandboxError as exc:  # no backend can run: the machinery's failure
+            return Grade(0.0, 0, total, False, GRADING_FAILED, {"error": str(exc)}, infra_error=str(exc))
+        try:
+            grade = self._grade(code, tests, total)
         except Exception as exc:  # noqa: BLE001 - fail closed, in words that do not depend on the failure (see the module docstring)
-            return Grade(0.0, 0, total, False, GRADING_FAILED, {"error": f"{type(exc).__name__}: {exc}"})
+            infra = str(exc) if isinstance(exc, SandboxLost) else None
+            grade = Grade(0.0, 0, total, False, GRADING_FAILED, {"error": f"{type(exc).__name__}: {exc}"}, infra_error=infra)
+        if backend.generation() != generation:  # whatever the grading saw, its sandboxes died under it
+            return Grade(0.0, 0, total, False, GRADING_FAILED, grade.details, infra_error="the sandbox's fork server stopped during the grading")
+        return grade
 
     def _grade(self, code: str, tests: TestSpec, total: int) -> Grade:
         with contextlib.ExitStack() as stack:
@@ -301,7 +321,8 @@ class _Chores:
         self._idle_priority_box: Sandbox | None = None  # the one being ended on idle CPU time, if any
 
     def take_spare(self) -> Sandbox | None:
-        """The oldest prepared sandbox (waiting for it if it is still being prepared), or None.
+        """The oldest prepared sandbox (waiting for it if it is still being prepared), or None; one
+        whose backend's machinery stopped since it was prepared is closed instead (it is lost).
 
         How many are kept ahead follows the pace of gradings: one more (up to the most) each time
         a grading has to wait for its sandbox; back to one when a sandbox waited long for its
@@ -317,6 +338,9 @@ class _Chores:
         spare = future.result()
         if spare is None:
             return None
+        if spare.box.backend.generation() != spare.generation:
+            _close_spare(future)
+            return None
         if time.monotonic() - spare.ready_at > _SPARE_IDLE_S:
             with self._lock:
                 self._wanted = 1
@@ -330,12 +354,13 @@ class _Chores:
                 box = Sandbox(backend, limits)
             except SandboxError:
                 return None  # the next grading makes its own sandbox
+            generation = box.backend.generation()
             try:
                 box.prepare()
             except SandboxError:
                 box.close()
                 return None
-            return _Spare(box, time.monotonic())
+            return _Spare(box, time.monotonic(), generation)
 
         self._forget_after_fork()
         with self._lock:  # counted and queued at once, so threads grading together add no extra
@@ -428,6 +453,7 @@ class _Spare(NamedTuple):
 
     box: Sandbox
     ready_at: float  # time.monotonic() when its run was prepared
+    generation: int  # its backend's (Backend.generation) when its workspace opened
 
 
 def _close_spare(future: Future[_Spare | None]) -> None:
@@ -459,6 +485,7 @@ class _Driver:
     process: SandboxProcess
     peer: socket.socket | None  # where it receives submissions' pipes, when its backend can pass them
     started: float
+    generation: int  # its backend's (Backend.generation) when it started
     gradings: int = 0
     busy_seconds: float = 0.0
 
@@ -552,11 +579,16 @@ class _Drivers:
 
     def take(self, *, new: bool = False) -> _Driver:
         self.forget_after_fork()
-        with self.lock:
-            driver = None if new or not self.idle else self.idle.pop()
-        if driver is not None:
-            return driver
+        while not new:
+            with self.lock:
+                driver = self.idle.pop() if self.idle else None
+            if driver is None:
+                break
+            if driver.box.backend.generation() == driver.generation:
+                return driver
+            driver.stop()  # its backend's machinery stopped meanwhile, and the driver with it
         box = Sandbox(self.backend, self.limits)
+        generation = box.backend.generation()
         host_end, driver_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             try:
@@ -571,7 +603,7 @@ class _Drivers:
             raise
         finally:
             driver_end.close()
-        return _Driver(box, process, peer, time.monotonic())
+        return _Driver(box, process, peer, time.monotonic(), generation)
 
     def give_back(self, driver: _Driver, *, healthy: bool) -> None:
         retire = (

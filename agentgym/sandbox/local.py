@@ -10,6 +10,15 @@ A run's isolation does not depend on its code, which it reads from standard inpu
 that is in place. :meth:`LocalBackend.prepare` uses this: it starts a workspace's next run ahead
 of time, and the next ``start`` hands that run its request (``go`` restarts its wall-time limit)
 instead of waiting for a new one to set up.
+
+The backend supervises its fork server. When the server is found stopped (it exited or was
+killed: it is the first process the kernel's OOM killer picks; it stopped answering; a run's end
+went unreported past its deadline while the server is stopped by a signal), what it held is lost: its workspaces and runs raise
+:class:`SandboxLost`. The next use starts a new server (other threads wait for it): at once, and
+after a failed start again after a doubling pause (``RESTART_BACKOFF_S``, then twice that...);
+after ``MAX_FAILED_RESTARTS`` failed starts in a row the backend gives up for good, with an
+error that says so. Each stop is logged once, and counted (:meth:`LocalBackend.generation`,
+:attr:`LocalBackend.restarts`).
 """
 
 from __future__ import annotations
@@ -19,9 +28,11 @@ import contextlib
 import glob
 import itertools
 import json
+import logging
 import marshal
 import os
 import select
+import signal
 import socket
 import subprocess
 import sys
@@ -36,7 +47,7 @@ from typing import Any
 from agentgym.sandbox._cgroups import Cgroups, GroupHandle
 from agentgym.sandbox.backend import Backend, Capture, SandboxProcess
 from agentgym.sandbox.limits import Limits
-from agentgym.sandbox.result import ExecResult, SandboxError, SandboxUnavailable
+from agentgym.sandbox.result import ExecResult, SandboxError, SandboxLost, SandboxUnavailable
 
 __all__ = ["UID_BASE", "UID_COUNT", "LocalBackend", "leftovers", "runtime_view"]
 
@@ -50,6 +61,11 @@ CONTROL_TIMEOUT_S = 10.0
 # PREPARED_WAIT_S (so a run is never handed out as the server stops it).
 PREPARED_MAX_AGE_S = 60.0
 PREPARED_WAIT_S = 120.0
+# A fork server that cannot be started again this many times in a row is given up for good; after
+# a failed start, the next waits RESTART_BACKOFF_S, doubling with each further failure (0.5 + 1 +
+# 2 + 4 s in all: long enough for a moment of memory pressure to pass).
+MAX_FAILED_RESTARTS = 5
+RESTART_BACKOFF_S = 0.5
 # Pre-imported by the fork server so runs do not pay for them; all stdlib.
 WARM_IMPORTS = (
     "abc", "array", "base64", "bisect", "calendar", "cmath", "collections", "copy", "csv", "dataclasses",
@@ -58,6 +74,7 @@ WARM_IMPORTS = (
     "string", "struct", "textwrap", "traceback", "typing", "unicodedata",
 )  # fmt: skip
 _STAGING_CANDIDATES = ("/tmp", "/mnt", "/media", "/srv", "/opt")
+_log = logging.getLogger(__name__)
 
 
 def runtime_view(python: str | None = None) -> tuple[list[str], list[str]]:
@@ -153,7 +170,13 @@ class LocalBackend(Backend):
             raise SandboxUnavailable("the local sandbox backend needs root to map its user namespaces; use backend='docker'")
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._dead: str | None = None
+        self._dead: str | None = None  # closed, abandoned or given up: for good
+        self._stopped: str | None = None  # why the current fork server stopped; a new one starts on next use
+        self._last_stop = ""  # why the last one did, for errors about what it took with it
+        self._generation = 0
+        self._restarts = 0
+        self._failed_restarts = 0  # in a row
+        self._workspaces: dict[str, int] = {}  # workspace -> the generation that opened it (atomic operations only)
         self._queued: collections.deque[dict[str, Any]] = collections.deque()  # messages a finalizer could not send
         self._cgroups = Cgroups()
         self._groups: dict[str, GroupHandle] = {}
@@ -172,8 +195,15 @@ class LocalBackend(Backend):
     # --------------------------------------------------------------------- Backend API
 
     def open_workspace(self, limits: Limits) -> str:
-        workspace = f"w{next(self._ids)}"
-        reply = self._call({"op": "open", "workspace": workspace, "bytes": limits.workspace_bytes, "inodes": limits.workspace_inodes})
+        for last_try in (False, True):
+            workspace = f"w{next(self._ids)}"
+            try:
+                reply, generation = self._call({"op": "open", "workspace": workspace, "bytes": limits.workspace_bytes, "inodes": limits.workspace_inodes})
+                break
+            except SandboxLost:
+                if last_try or self._dead is not None:
+                    raise
+                # The server stopped under this call: a new workspace on the next one loses nothing.
         if not reply.get("ok"):
             raise SandboxError(f"could not create a workspace: {reply.get('error')}")
         try:
@@ -183,6 +213,7 @@ class LocalBackend(Backend):
             raise SandboxError(f"could not create the workspace's control group: {exc}") from None
         if group is not None:
             self._groups[workspace] = group
+        self._workspaces[workspace] = generation
         return workspace
 
     def close_workspace(self, workspace: str) -> None:
@@ -190,15 +221,16 @@ class LocalBackend(Backend):
         # collection inside a send), the close is queued and goes out with the next message;
         # a prepared run, killed here, ends when that message is sent.
         prepared = self._prepared.pop(workspace, None)
-        if prepared is not None:
-            self._queued.append({"op": "kill", "run": prepared[0].run_id})
-        self._queued.append({"op": "close", "workspace": workspace})
+        if self._workspaces.pop(workspace, None) == self._generation:  # an earlier server took its own with it
+            if prepared is not None:
+                self._queued.append({"op": "kill", "run": prepared[0].run_id})
+            self._queued.append({"op": "close", "workspace": workspace})
         if self._lock.acquire(blocking=False):
             try:
                 self._flush_queued()
             finally:
                 self._lock.release()
-            if prepared is not None and self._dead is None:  # a dead or abandoned server cannot end it here
+            if prepared is not None and self._dead is None and self._stopped is None:  # a stopped server cannot end it here
                 with contextlib.suppress(SandboxError):
                     prepared[0].wait()  # gone when close returns, as a finished run is
         group = self._groups.pop(workspace, None)
@@ -224,7 +256,7 @@ class LocalBackend(Backend):
         if prepared is not None:
             run, prepared_limits, started = prepared
             if prepared_limits == limits and time.monotonic() - started < PREPARED_MAX_AGE_S and run.waiting():
-                self._send({"op": "go", "run": run.run_id}, [])
+                self._send({"op": "go", "run": run.run_id}, [], generation=run.generation)
                 run.go(request, limits)
                 return run
             run.kill()
@@ -246,7 +278,7 @@ class LocalBackend(Backend):
             message["wait_s"] = wait_s
         peer_fds = [] if peer is None else [peer.fileno()]
         try:
-            self._send(message, [stdin_r, out_w, err_w, status_w, *peer_fds, *cgroup_fds])
+            generation = self._send(message, [stdin_r, out_w, err_w, status_w, *peer_fds, *cgroup_fds], generation=self._workspaces.get(workspace, -1))
         except BaseException:
             for fd in (stdin_w, out_r, err_r, status_r):
                 os.close(fd)
@@ -254,12 +286,13 @@ class LocalBackend(Backend):
         finally:
             for fd in (stdin_r, out_w, err_w, status_w):
                 os.close(fd)
-        return LocalProcess(self, run_id, stdin_w, out_r, err_r, status_r, limits, request)
+        return LocalProcess(self, run_id, generation, stdin_w, out_r, err_r, status_r, limits, request)
 
-    def kill(self, run_id: str) -> None:
-        """Ask the server to kill a run's process tree."""
-        if self._dead is None:
-            self._send({"op": "kill", "run": run_id}, [])
+    def kill(self, run_id: str, generation: int | None = None) -> None:
+        """Ask the server to kill a run's process tree (a run of an earlier ``generation`` died with its server)."""
+        if self._dead is None and generation in (None, self._generation):
+            with contextlib.suppress(SandboxLost):  # the server stopped meanwhile, and the run with it
+                self._send({"op": "kill", "run": run_id}, [], generation=generation)
 
     def close(self) -> None:
         self._dead = self._dead or "closed"
@@ -275,31 +308,59 @@ class LocalBackend(Backend):
 
     @property
     def alive(self) -> bool:
-        """Whether the fork server is still serving."""
-        return self._dead is None and self._proc.poll() is None
+        """Whether the backend serves: its fork server runs, or stopped and starts again on next use."""
+        return self._dead is None
+
+    def generation(self) -> int:
+        if self._dead is None and self._stopped is None and not self._serving():
+            with self._lock:
+                if self._stopped is None and not self._serving():
+                    self._stop("it exited")
+        return self._generation
+
+    @property
+    def restarts(self) -> int:
+        return self._restarts
+
+    def unreported(self, generation: int) -> SandboxError:
+        """A run of ``generation`` went unreported past its deadline: the error for its caller. When
+        its server is stopped (by a signal) or gone, the server is ended (a new one starts on next
+        use) and the run is lost with it; a server that is only slow (busy tearing down large runs)
+        is left alone, and the run alone fails."""
+        with self._lock:
+            if generation == self._generation and self._stopped is None and self._dead is None:
+                if self._serving() and not _halted(self._proc):
+                    return SandboxError("the sandbox did not report the end of the run")
+                self._stop("it did not report the end of a run past its deadline, and is stopped")
+        return SandboxLost(f"the sandbox's fork server stopped during the run ({self._last_stop})")
 
     # -------------------------------------------------------------------- control socket
 
-    def _send(self, message: dict[str, Any], fds: list[int]) -> None:
+    def _send(self, message: dict[str, Any], fds: list[int], *, generation: int | None = None) -> int:
+        """Send ``message`` to the current server, which must be ``generation``'s when given; the generation."""
         with self._lock:
-            self._check_alive()
+            self._ensure_running()
+            if generation is not None and generation != self._generation:
+                raise SandboxLost(f"the sandbox's fork server stopped and took this workspace with it ({self._last_stop})")
             self._flush_queued()
             try:
                 socket.send_fds(self._sock, [marshal.dumps(message)], fds)
             except OSError as exc:
                 raise self._died(f"{exc}") from None
+            return self._generation
 
     def _flush_queued(self) -> None:
-        while self._queued and self._dead is None:
+        while self._queued and self._dead is None and self._stopped is None:
             try:
                 self._sock.send(marshal.dumps(self._queued.popleft()))
             except OSError as exc:
                 self._died(f"{exc}")
 
-    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, message: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """Send ``message`` and wait for the reply: (reply, the server's generation)."""
         # Only "open" gets a reply, and the lock keeps one in flight at a time.
         with self._lock:
-            self._check_alive()
+            self._ensure_running()
             self._flush_queued()
             try:
                 self._sock.send(marshal.dumps(message))
@@ -308,15 +369,69 @@ class LocalBackend(Backend):
                 raise self._died(f"{exc}") from None
             if reply is None:
                 raise self._died("it closed the control socket")
-            return reply
+            return reply, self._generation
 
-    def _check_alive(self) -> None:
+    def _serving(self) -> bool:
+        """Whether the server is still up (its process runs and its end of the socket is open)."""
+        poller = select.poll()
+        poller.register(self._sock, select.POLLHUP)
+        return self._proc.poll() is None and not any(event & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, event in poller.poll(0))
+
+    def _ensure_running(self) -> None:
+        """Raise if the backend is closed or given up; start a new server if the last one stopped.
+        The caller holds the lock."""
         if self._dead is not None:
-            raise SandboxError(f"the local sandbox backend is not running ({self._dead})")
+            error = SandboxLost if self._dead.startswith("gave up") else SandboxError
+            raise error(f"the local sandbox backend is not running ({self._dead})")
+        if self._stopped is None and not self._serving():
+            self._stop("it exited")
+        if self._stopped is not None:
+            self._restart()
 
-    def _died(self, why: str) -> SandboxError:
-        self._dead = f"the fork server stopped: {why}{_stderr_tail(self._proc)}"
-        return SandboxError(self._dead)
+    def _died(self, why: str) -> SandboxLost:
+        """The server failed a request: it is stopped (and ended); the error for the caller."""
+        self._stop(why)
+        return SandboxLost(self._stopped or self._last_stop)
+
+    def _stop(self, why: str) -> None:
+        """Record that the server stopped and end it for good (it may only be stuck); the caller holds the lock."""
+        if self._stopped is not None or self._dead is not None:
+            return
+        if not self._finalizer.alive:  # shut down at interpreter exit, not stopped
+            self._dead = "closed"
+            return
+        self._stopped = self._last_stop = f"the fork server stopped: {why}{_stderr_tail(self._proc)}"
+        self._generation += 1
+        _log.warning("agentgym sandbox: %s; a new one starts on next use", self._stopped)
+        _stop_server(self._sock, self._proc)
+        # What the server held went with it: nothing queued for it or prepared in it is of use.
+        self._queued.clear()
+        for run, _, _ in self._prepared.values():
+            run.abandon()
+        self._prepared.clear()
+
+    def _restart(self) -> None:
+        """Start a new fork server in place of the stopped one (bounded, see the module docstring).
+        The caller holds the lock: other threads wait for the new server rather than fail."""
+        while True:
+            pause = RESTART_BACKOFF_S * 2 ** (self._failed_restarts - 1) if self._failed_restarts else 0.0
+            time.sleep(pause)
+            self._finalizer.detach()
+            try:
+                self._sock, self._proc = _launch()
+                break
+            except SandboxUnavailable as exc:
+                self._failed_restarts += 1
+                if self._failed_restarts >= MAX_FAILED_RESTARTS:
+                    self._dead = f"gave up after {self._failed_restarts} failed starts of its fork server in a row, the last: {exc}"
+                    _log.error("agentgym sandbox: %s", self._dead)
+                    raise SandboxLost(f"the local sandbox backend is not running ({self._dead})") from None
+                _log.warning("agentgym sandbox: a new fork server could not start (%s); trying again", exc)
+            finally:
+                self._finalizer = weakref.finalize(self, _shutdown, self._sock, self._proc, self._cgroups, self._groups)
+        self._stopped, self._failed_restarts = None, 0
+        self._restarts += 1
+        _log.warning("agentgym sandbox: started a new fork server (restart %d)", self._restarts)
 
 
 def _launch() -> tuple[socket.socket, subprocess.Popen[bytes]]:
@@ -376,6 +491,35 @@ def _stderr_tail(proc: subprocess.Popen[bytes]) -> str:
     return f": {text[-2000:]}" if text else ""
 
 
+def _halted(proc: subprocess.Popen[bytes]) -> bool:
+    """Whether the fork server under launcher ``proc`` (or the launcher itself) is stopped by a signal."""
+    pids = [str(proc.pid)]
+    with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/task/{proc.pid}/children", encoding="ascii") as handle:
+        pids += handle.read().split()
+    for pid in pids:
+        with contextlib.suppress(OSError, IndexError), open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            if handle.read().rsplit(")", 1)[1].split()[0] in ("T", "t"):
+                return True
+    return False
+
+
+def _stop_server(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
+    """End a fork server that stopped serving, at once, even one that is only stuck: killing the
+    server kills every sandbox in its pid namespace, and its launcher reaps it and exits (a
+    launcher that cannot is killed too, which kills the server by its parent-death signal)."""
+    sock.close()
+    with contextlib.suppress(OSError), open(f"/proc/{proc.pid}/task/{proc.pid}/children", encoding="ascii") as handle:
+        for pid in handle.read().split():
+            os.kill(int(pid), signal.SIGKILL)
+    try:
+        proc.wait(timeout=GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if proc.stderr is not None:
+        proc.stderr.close()
+
+
 def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgroups | None = None, groups: dict[str, GroupHandle] | None = None) -> None:
     # Closing the socket makes the server exit, which kills every sandbox in its pid namespace.
     sock.close()
@@ -395,9 +539,12 @@ def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgrou
 class LocalProcess(SandboxProcess):
     """Host end of one run: non-blocking pipes multiplexed with ``poll``."""
 
-    def __init__(self, backend: LocalBackend, run_id: str, stdin_w: int, out_r: int, err_r: int, status_r: int, limits: Limits, request: bytes):
+    def __init__(
+        self, backend: LocalBackend, run_id: str, generation: int, stdin_w: int, out_r: int, err_r: int, status_r: int, limits: Limits, request: bytes
+    ):
         self._backend = backend
         self.run_id = run_id
+        self.generation = generation  # of the fork server that started it
         self._stdin: int | None = stdin_w
         self._pending = bytearray(request)
         self._closing_stdin = False
@@ -446,7 +593,8 @@ class LocalProcess(SandboxProcess):
             self.kill()
             if not self._pump(lambda: not self._open, time.monotonic() + GRACE_S):
                 self._close_all()
-                raise SandboxError("the sandbox did not report the end of the run")
+                # The server kills a run at its deadline and reports it: one that did not is slow or stuck.
+                raise self._backend.unreported(self.generation)
         try:
             status = marshal.loads(self._status) if self._status else {}
         except (ValueError, EOFError, TypeError):  # cut short: the fork server died while writing it
@@ -454,6 +602,8 @@ class LocalProcess(SandboxProcess):
         if "error" in status:
             raise SandboxError(status["error"])
         if "returncode" not in status:
+            if self._backend.generation() != self.generation:
+                raise SandboxLost(f"the sandbox's fork server stopped during the run ({self._backend._last_stop})")
             raise SandboxError("the fork server ended the run without a status")
         return ExecResult(
             stdout=self._out.text(),
@@ -468,7 +618,7 @@ class LocalProcess(SandboxProcess):
         if not self._killed and self._status_fd in self._open:
             self._killed = True
             try:
-                self._backend.kill(self.run_id)
+                self._backend.kill(self.run_id, self.generation)
             except SandboxError:
                 pass  # a dead server has already killed everything it ran
 
@@ -490,6 +640,11 @@ class LocalProcess(SandboxProcess):
                     break
                 self._drain(fd)
         return self._err.text()
+
+    def abandon(self) -> None:
+        """Its server stopped (and ended it): release the host's ends without asking anything."""
+        self._killed = True
+        self._close_all()
 
     def __del__(self) -> None:
         self._close_all()

@@ -13,6 +13,13 @@ class SandboxUnavailable(SandboxError):
     """The requested backend cannot run on this machine; nothing was run unsandboxed instead."""
 
 
+class SandboxLost(SandboxError):
+    """The backend's machinery failed under the caller: its server stopped (taking the workspaces
+    and runs it held with it), or it could not be restarted. Raised only from what the host saw of
+    the server, never from anything a sandboxed program said or did: an infrastructure failure,
+    not the program's (see docs/core.md, Failures)."""
+
+
 @dataclass(frozen=True)
 class ExecResult:
     """The outcome of one run.

@@ -17,9 +17,9 @@ from agentgym.env import Message, ToolEnv
 from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
 from agentgym.parsing import ParsedAction
 from agentgym.records import CodeExecTask
-from agentgym.sandbox import ExecResult, Limits, Sandbox, SandboxError, get_backend
+from agentgym.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxLost, get_backend
 from agentgym.sandbox.grading import GRADING_LIMITS, Grade, Grader
-from agentgym.tools import ToolError, tool
+from agentgym.tools import InfraError, ToolError, tool
 from agentgym.verifiers import RewardResult, weighted_sum
 
 RUN_LIMITS = Limits(wall_time_s=10.0, cpu_time_s=10, max_output_bytes=16 << 10)
@@ -178,14 +178,16 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
             code: Python source, run like `python -c` in the task's working folder; files written
                 there persist across calls.
         """
-        if self._sandbox is None:
-            self._sandbox = Sandbox(self.backend, self.limits)
         try:
+            if self._sandbox is None:
+                self._sandbox = Sandbox(self.backend, self.limits)
             process = self._sandbox.start(code)
             # The next call's isolation is set up while this code runs and the model reads its output.
             with contextlib.suppress(SandboxError):  # a backend failing here fails the next run, clearly
                 self._sandbox.prepare()
             result = process.wait()
+        except SandboxLost as exc:  # the episode's workspace went with its server: not the model's doing
+            raise InfraError(f"run_python: {exc}") from None
         except SandboxError as exc:
             raise ToolError(f"the sandbox failed to run the code ({exc}); try again") from None
         self.runs += 1
@@ -200,6 +202,8 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
         """
         assert self.task is not None
         grade = self.grader.grade(code, grading_spec(self.task))  # never raises: a failed grading is a failed submission
+        if grade.infra_error is not None:  # ... unless the machinery failed under it (see agentgym.sandbox.grading)
+            raise InfraError(f"submit: the submission could not be graded: {grade.infra_error}")
         self.submission, self.grade = code, grade
         return f"Submitted. {grade.reason}."
 

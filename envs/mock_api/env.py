@@ -19,7 +19,7 @@ from agentgym.envs.mock_api.session import Session
 from agentgym.envs.mock_api.world import World, generate_world
 from agentgym.parsing import ParsedAction
 from agentgym.records import MockAPITask
-from agentgym.tools import ToolError, tool
+from agentgym.tools import InfraError, ToolError, tool
 from agentgym.verifiers import RewardResult, weighted_sum
 
 __all__ = ["SYSTEM_PROMPT", "WEIGHTS", "MockApiEnv"]
@@ -51,16 +51,18 @@ class _Connection:
     def __init__(self, client_timeout_s: float):
         self.lease: ServerLease = acquire_server()
         self.client = ApiClient(client_timeout_s)
+        self.server = self.lease.server  # the one holding the current session
         self.base_url: str | None = None
 
     def open(self, session: Session) -> str:
         self.end_session()
-        self.base_url = self.lease.server.open_session(session)
+        self.server = self.lease.server  # a new one if the last stopped on its own
+        self.base_url = self.server.open_session(session)
         return self.base_url
 
     def end_session(self) -> None:
         if self.base_url is not None:
-            self.lease.server.close_session(self.base_url)
+            self.server.close_session(self.base_url)
             self.base_url = None
 
     def close(self) -> None:
@@ -245,6 +247,8 @@ class MockApiEnv(ToolEnv[MockAPITask]):
         try:
             result = self._connection.client.request(self._connection.base_url or "", method, path, query, body, headers)
         except (RequestRefused, ClientTimeout) as exc:
+            if not self._connection.server.alive:  # the episode's session went with its server: not the model's doing
+                raise InfraError(f"http_request: the mock API server stopped ({exc})") from None
             raise ToolError(str(exc)) from None
         return result.render(self.max_body_chars)
 

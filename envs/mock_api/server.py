@@ -11,6 +11,12 @@ server, the last release stops it: the listening socket closes, every open conne
 and its task cancelled, the loop stops and its thread is joined, so nothing is left listening or
 running.
 
+The server is supervised: when its loop stops without being asked to (an exception out of the
+loop), it closes its listening socket and every connection, so clients fail at once instead of
+waiting for a timeout, and the next use of a lease starts a new server (logged, counted in
+``server_status()["restarts"]``). The sessions of the server that stopped are gone with it: their
+episodes end as infrastructure errors (see ``MockApiEnv.http_request``).
+
 Why an event loop and h11 rather than the standard library's ``ThreadingHTTPServer`` (the first
 version) or Starlette on Uvicorn: per call the three cost about the same (a tool call is about
 0.6 ms of httpx and loopback plus about 0.4 ms of the environment's own work, measured), but a
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import secrets
 import socket
@@ -50,6 +57,7 @@ DRAIN_LIMIT = 1024 * 1024
 MAX_HEADER_BYTES = 16 * 1024
 _REASONS = {status.value: status.phrase.encode() for status in HTTPStatus}
 _JSON = ("Content-Type", "application/json")
+_log = logging.getLogger(__name__)
 
 
 class _Refusal(Exception):
@@ -96,11 +104,20 @@ class MockApiServer:
     def session_count(self) -> int:
         return len(self.sessions)
 
+    @property
+    def alive(self) -> bool:
+        """Whether the server still answers: not stopped, and its loop still runs."""
+        return not self.stopped and self._thread.is_alive()
+
     def stop(self, timeout_s: float = 5.0) -> None:
         """Stop accepting, close every connection, stop the loop, join its thread."""
         if self.stopped:
             return
         self.stopped = True
+        if not self._thread.is_alive():  # its loop stopped on its own and hung up on everyone already
+            self._thread.join()
+            self._loop.close()
+            return
         asyncio.run_coroutine_threadsafe(self._close_all(), self._loop).result(timeout_s)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout_s)
@@ -123,7 +140,13 @@ class MockApiServer:
             return
         finally:
             self._ready.set()
-        self._loop.run_forever()
+        try:
+            self._loop.run_forever()
+        except BaseException as exc:  # noqa: BLE001 - the loop failed; the lease's next use starts a new server
+            _log.error("agentgym mock API: the HTTP server's loop failed: %r", exc)
+        if not self.stopped:  # the loop stopped on its own: hang up on everyone rather than leave them waiting
+            self._loop.run_until_complete(self._close_all())
+            self._listener.close()
 
     async def _close_all(self) -> None:
         self._server.close()
@@ -233,9 +256,17 @@ class ServerLease:
     """A claim on the shared server; :meth:`release` (idempotent) gives it back."""
 
     def __init__(self, server: MockApiServer, generation: int):
-        self.server = server
+        self._server = server
         self._generation = generation
         self.released = False
+
+    @property
+    def server(self) -> MockApiServer:
+        """The running server: a new one in place of one that stopped on its own."""
+        if self.released or self._generation != _POOL.generation:
+            return self._server
+        self._server = _POOL.running()
+        return self._server
 
     def release(self) -> None:
         if not self.released:
@@ -251,6 +282,7 @@ class _Pool:
         self.server: MockApiServer | None = None
         self.leases = 0
         self.generation = 0
+        self.restarts = 0
 
     def acquire(self) -> ServerLease:
         with self.lock:
@@ -259,6 +291,16 @@ class _Pool:
                 self.generation += 1
             self.leases += 1
             return ServerLease(self.server, self.generation)
+
+    def running(self) -> MockApiServer:
+        """The server of the held leases, restarted if it stopped on its own."""
+        with self.lock:
+            assert self.server is not None, "no lease is held"
+            if not self.server.alive:
+                _log.warning("agentgym mock API: the HTTP server stopped on its own; starting a new one")
+                self.server = MockApiServer()
+                self.restarts += 1
+            return self.server
 
     def release(self, generation: int) -> None:
         with self.lock:
@@ -288,12 +330,14 @@ def acquire_server() -> ServerLease:
 
 
 def server_status() -> dict[str, Any]:
-    """Whether the shared server runs, on which port, with how many leases and sessions."""
+    """Whether the shared server runs, on which port, with how many leases and sessions, and how
+    many times it was restarted after stopping on its own."""
     with _POOL.lock:
         server = _POOL.server
         return {
-            "running": server is not None,
+            "running": server is not None and server.alive,
             "port": server.port if server else None,
             "leases": _POOL.leases,
             "sessions": server.session_count if server else 0,
+            "restarts": _POOL.restarts,
         }

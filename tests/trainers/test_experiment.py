@@ -390,3 +390,25 @@ def test_development_runs_are_kept_apart_from_the_reported_run(tiny_model_dir, t
     assert "seeds [10, 11] and these evaluation tasks were not used for any choice" in text and "development seeds [0, 1]" in text
     assert "| `training.optim.lr` | `0.01` | development seeds 0-1 |" in text
     assert "A development run" in "\n".join(_protocol_lines({**summary, "run": "development"}))
+
+
+def _row(task: str, trial: int, success: bool, stop_reason: str = "done") -> dict:
+    return {
+        "seed": 0, "task_id": task, "trial": trial, "success": success, "reward": float(success), "turns": 2, "sampled_tokens": 10,
+        "tokens": 30, "faults": 0, "format_errors": 0, "stop_reason": stop_reason, "template": None, "difficulty": None,
+    }  # fmt: skip
+
+
+def test_arm_statistics_leave_infra_errors_out_and_count_them() -> None:
+    from agentgym.trainers.experiment import _arm_summary, _paired_delta
+
+    scored = [_row("a", 0, True), _row("a", 1, True), _row("b", 0, False), _row("b", 1, True)]
+    broken = _row("b", 1, False, "infra_error")
+    with_error = _arm_summary([*scored[:3], broken], trials=2)
+    assert with_error["infra_errors"] == 1 and with_error["n"] == 3
+    assert with_error["success"] == pytest.approx(2 / 3)  # not 2 / 4: the failed machinery is not the model's failure
+    assert with_error["pass^2"] == 1.0  # over task "a", the one task with both trials scored
+    assert _arm_summary(scored, trials=2)["infra_errors"] == 0
+    # A pair with an infra error on either side says nothing about the difference between the arms.
+    delta = _paired_delta([*scored[:3], broken], scored)
+    assert (delta["wins"], delta["losses"]) == (0, 0) and delta["mean"] == 0.0

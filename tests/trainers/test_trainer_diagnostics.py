@@ -157,3 +157,16 @@ def test_report_embeds_the_curves() -> None:
     report = render_report(config, evaluations, plots=[Path("run/plots/grpo_reward.png"), Path("run/plots/sft.png")])
     assert "![grpo reward](plots/grpo_reward.png)" in report and "![sft](plots/sft.png)" in report
     assert "## Curves" not in render_report(config, evaluations)
+
+
+def test_rollout_metrics_leave_infra_errors_out_and_count_them() -> None:
+    scored = [episode(0, 1.0, (5,), success=True), episode(0, 0.0, (6,))]
+    broken = episode(1, 0.0, (7,), stop="infra_error")
+    m = rollout_metrics([*scored, broken])
+    clean = rollout_metrics(scored)
+    assert m["episode/infra_errors"] == 1 and clean["episode/infra_errors"] == 0
+    for key in ("reward/mean", "reward/std", "episode/success_rate", "episode/response_tokens", "groups/zero_variance"):
+        assert m[key] == clean[key], key  # the infra error's reward 0 is not the model's
+    assert m["episode/stop_infra_error"] == pytest.approx(1 / 3) and m["episode/stop_done"] == pytest.approx(2 / 3)
+    only_broken = rollout_metrics([broken])
+    assert only_broken["episode/infra_errors"] == 1 and math.isnan(only_broken["reward/mean"])

@@ -13,7 +13,7 @@ from agentgym.models import load_model
 from agentgym.models.hf import HFBackend
 from agentgym.runner import RolloutConfig, run_rollouts
 from agentgym.trainers.config import GRPOSection
-from agentgym.trainers.grpo import LOSS_AGGS
+from agentgym.trainers.grpo import LOSS_AGGS, intact_groups
 from agentgym.trainers.modeling import Reference
 from agentgym.trainers.trainer import grpo_update
 
@@ -116,3 +116,27 @@ def test_mask_truncated_drops_budget_stopped_episodes(policy, episodes) -> None:
     metrics, _ = run_update(policy, cut, GRPOSection(mask_truncated=True))
     kept_tokens = sum(sum(e.trajectory.loss_mask) for e in episodes if e.group == 1)
     assert metrics["batch/loss_tokens"] == kept_tokens
+
+
+def test_intact_groups_drops_every_group_with_an_infra_error() -> None:
+    assert intact_groups([False, False, True, False, False, False], 3).tolist() == [3, 4, 5]
+    assert intact_groups([False] * 4, 2).tolist() == [0, 1, 2, 3]
+    assert intact_groups([True, False], 2).tolist() == []
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        intact_groups([False] * 5, 2)
+
+
+def test_a_group_with_an_infra_error_is_left_out_of_the_update(policy, episodes) -> None:
+    # Member 1 of group 1 met a failure of the machinery: its group teaches nothing, whatever its
+    # rewards; the update is exactly the one on group 0 alone.
+    marked = [dataclasses.replace(e, stop_reason="infra_error") if (e.group, e.member) == (1, 1) else e for e in episodes]
+    grpo = GRPOSection(kl_coef=0.1, micro_batch_size=GROUP)
+    metrics, update = run_update(policy, marked, grpo)
+    alone, expected = run_update(policy, episodes[:GROUP], grpo)
+    assert_same_update(update, expected)
+    assert metrics["groups/infra_dropped"] == 1 and alone["groups/infra_dropped"] == 0
+    assert metrics["batch/trajectories"] == GROUP
+    every = [dataclasses.replace(e, stop_reason="infra_error") for e in episodes]
+    nothing, unchanged = run_update(policy, every, grpo)
+    assert nothing["optim/updates"] == 0 and nothing["groups/infra_dropped"] == 2
+    assert all(bool((d == 0).all()) for d in unchanged)
