@@ -136,6 +136,12 @@ def test_the_runner_plays_infra_errors_again_with_the_same_seeds(default_tokeniz
         assert "infra_retries" not in by_task["fine", member].record
     with pytest.raises(ValueError, match="infra_retries"):
         runner.run(flaky_config(), infra_retries=-1)
+    # An episode written as it finishes (agentgym eval's output) is written once, in its last try.
+    FlakyMachineryEnv.failures.clear()
+    written: list = []
+    episodes = runner.run(flaky_config(), infra_retries=2, on_episode=written.append)
+    assert sorted((e.group, e.member) for e in written) == sorted((e.group, e.member) for e in episodes)
+    assert {(e.group, e.member): e.record.get("infra_retries", 0) for e in written} == {(e.group, e.member): e.record.get("infra_retries", 0) for e in episodes}
 
 
 def test_evaluation_leaves_infra_errors_out_of_its_rates_and_counts_them(default_tokenizer) -> None:
