@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
@@ -56,6 +57,7 @@ from agentgym.trainers.modeling import (
     TrainerError,
     add_lora,
     autocast,
+    backward_by_row,
     clip_and_step,
     is_lora,
     load_policy,
@@ -372,7 +374,6 @@ def grpo_update(
             sums[key] = sums.get(key, 0.0) + value * weight
             weights[key] = weights.get(key, 0.0) + weight
 
-    agg_kwargs = {"max_len": max_len} if g.loss_agg == "seq-mean-token-sum-norm" else {}
     for epoch in plan:
         for rows in epoch:
             normalizer = max(loss_normalizer(batch.loss_mask[rows], g.loss_agg), 1)
@@ -381,23 +382,20 @@ def grpo_update(
                 index = rows[start : start + micro]
                 sub = batch.rows(index)
                 width = sub.input_ids.shape[1]
-                logprobs, entropy = token_logprobs(policy, sub, **forward, with_entropy=True)
-                old = logprobs.detach() if old_logprobs is None else old_logprobs[index, :width]
-                ref = None if ref_logprobs is None else ref_logprobs[index, :width]
-                loss, m = masked_grpo_loss(
-                    logprobs,
-                    old,
-                    ref,
-                    advantages[index],
-                    sub.loss_mask,
-                    clip_eps=g.clip_eps,
-                    clip_eps_high=g.clip_eps_high,
-                    kl_coef=g.kl_coef,
-                    loss_agg=g.loss_agg,
+                loss_of = partial(
+                    _grpo_loss,
+                    old=None if old_logprobs is None else old_logprobs[index, :width],
+                    ref=None if ref_logprobs is None else ref_logprobs[index, :width],
+                    advantages=advantages[index],
+                    loss_mask=sub.loss_mask,
+                    g=g,
                     normalizer=normalizer,
-                    **agg_kwargs,
+                    max_len=max_len,
                 )
-                loss.backward()
+                # The loss is a sum over rows: each row's term is back-propagated right after its forward pass.
+                logprobs, entropy = backward_by_row(policy, sub, partial(_row_loss, loss_of), **forward, with_entropy=True)
+                with torch.no_grad():
+                    _, m = loss_of(logprobs, slice(None))
                 step_loss += m["loss"]
                 step_pg += m["pg_loss"]
                 tokens = m["num_tokens"]
@@ -413,6 +411,39 @@ def grpo_update(
     metrics["optim/updates"] = float(sum(len(epoch) for epoch in plan))
     metrics.update({k: sums[k] / weights[k] for k in sums})
     return metrics
+
+
+def _grpo_loss(
+    logprobs: torch.Tensor,
+    rows: slice,
+    *,
+    old: torch.Tensor | None,
+    ref: torch.Tensor | None,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    g: GRPOSection,
+    normalizer: int,
+    max_len: int,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The GRPO loss of ``rows`` of a micro-batch and its metrics; ``old=None``: the logprobs themselves, detached."""
+    return masked_grpo_loss(
+        logprobs,
+        logprobs.detach() if old is None else old[rows],
+        None if ref is None else ref[rows],
+        advantages[rows],
+        loss_mask[rows],
+        clip_eps=g.clip_eps,
+        clip_eps_high=g.clip_eps_high,
+        kl_coef=g.kl_coef,
+        loss_agg=g.loss_agg,
+        normalizer=normalizer,
+        **({"max_len": max_len} if g.loss_agg == "seq-mean-token-sum-norm" else {}),
+    )
+
+
+def _row_loss(loss_of: Any, r: int, logprobs: torch.Tensor) -> torch.Tensor:
+    """Row ``r``'s term of a micro-batch loss, from its ``[1, L]`` logprobs."""
+    return loss_of(logprobs, slice(r, r + 1))[0]
 
 
 def _minibatches(num_rows: int, group_size: int, g: GRPOSection, seed: int) -> list[list[torch.Tensor]]:

@@ -116,3 +116,18 @@ def test_mask_truncated_drops_budget_stopped_episodes(policy, episodes) -> None:
     metrics, _ = run_update(policy, cut, GRPOSection(mask_truncated=True))
     kept_tokens = sum(sum(e.trajectory.loss_mask) for e in episodes if e.group == 1)
     assert metrics["batch/loss_tokens"] == kept_tokens
+
+
+def test_each_row_is_back_propagated_before_the_next_one_runs(policy, episodes) -> None:
+    """One row's activations at a time: the update's forward and backward passes alternate row by row."""
+    model = copy.deepcopy(policy[0])
+    events: list[str] = []
+    norm = model.get_decoder().norm  # every pass of the decoder, forward and backward, goes through it
+    norm.register_forward_hook(lambda *_: events.append("forward"))
+    norm.register_full_backward_hook(lambda *_: events.append("backward"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    grpo = GRPOSection(micro_batch_size=2 * GROUP, kl_coef=0.0, share_prefix=False)
+    grpo_update(model, None, optimizer, scheduler, episodes, grpo, group_size=GROUP, temperature=1.0, pad_token_id=0, max_len=16, max_grad_norm=None, shuffle_seed=7)
+    rows = events.count("forward")
+    assert rows > 1 and events == ["forward", "backward"] * rows
