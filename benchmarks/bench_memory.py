@@ -124,19 +124,18 @@ def _use_path(path: str) -> None:
     """Switch this process to the path before (``old``) or leave today's defaults (``new``)."""
     if path == "new":
         return
-    from agentgym.models import engine, hf
+    from agentgym.models import hf
     from agentgym.trainers import modeling
 
-    machine_quarter = hf.default_cache_bytes
+    class DoublingBackend(hf.HFBackend):
+        """Key/value buffers that double when they grow, as before."""
 
-    class OldBackend(hf.HFBackend):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
-            self.engine.max_cache_bytes = machine_quarter(self.device)
             self.engine.capacity_growth = 2.0
 
-    hf.HFBackend = OldBackend  # type: ignore[misc]
-    engine.DEFAULT_CAPACITY_GROWTH = 2.0
+    hf.HFBackend = DoublingBackend  # type: ignore[misc]
+    modeling.BACKWARD_BY_ROW = False
     modeling.LOGPROB_CHUNK_TOKENS = None
 
 
@@ -177,17 +176,7 @@ def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) 
         vocab[0] = policy.get_output_embeddings().weight.shape[0]
         return policy, tokenizer
 
-    if hasattr(modeling, "_chunk_logprobs"):
-        modeling._chunk_logprobs = chunk_logprobs
-    else:  # TEMPORARY: the code before this change (measured through PYTHONPATH)
-        original_selected = modeling._selected_logits
-
-        def selected_logits(*a: Any, **k: Any) -> Any:
-            out = original_selected(*a, **k)
-            logprob_peak[0] = max(logprob_peak[0], out.numel() * 4)
-            return out
-
-        modeling._selected_logits = selected_logits
+    modeling._chunk_logprobs = chunk_logprobs
     trainer.load_policy = load_policy
 
     (work / "experiment").mkdir(parents=True)
@@ -207,7 +196,9 @@ def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) 
             params = modeling.trainable_parameters(model)
             result.weights = _nbytes(model.parameters())
             result.grads = _nbytes(params)  # allocated for every trainable parameter at each backward
-            result.optimizer = max(result.optimizer, _nbytes(v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim()))
+            result.optimizer = max(
+                result.optimizer, _nbytes(v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim())
+            )
             return out
 
         trainer.clip_and_step = step

@@ -42,7 +42,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import shutil
 import statistics
 import subprocess
 import time
@@ -443,12 +442,10 @@ def _train(train_config: TrainConfig, run: Path, log: Callable[[str], None]) -> 
 
     resume = latest_checkpoint(run) is not None
     log(f"training {run} ({'resuming' if resume else 'from the start'})")
+    # Finished, the trainer deletes the phase's resume state (checkpoint.keep_when_done is off):
+    # weights and optimiser moments, ~1.6 GB per phase for 135M; the nine training phases'
+    # checkpoints filled 15 GB of disk.
     train(train_config, resume=resume, overwrite=not resume)
-    # Finished: the phase's model is exported and the experiment never resumes it again, so the
-    # trainer's resume state goes (weights and optimiser moments, ~1.6 GB per phase for 135M;
-    # the nine training phases' checkpoints filled 15 GB of disk).
-    for resume_state in ("checkpoints", "sft_model"):
-        shutil.rmtree(run / resume_state, ignore_errors=True)
 
 
 def _evaluate(

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from agentgym.trainers.config import LoRASection, OptimSection
 
 __all__ = [
+    "BACKWARD_BY_ROW",
     "LOGPROB_CHUNK_TOKENS",
     "MIN_SHARED_PREFIX",
     "Reference",
@@ -54,6 +55,11 @@ __all__ = [
 
 MIN_SHARED_PREFIX = 16
 """Shorter common prefixes are not worth a separate forward pass."""
+
+BACKWARD_BY_ROW = True
+""":func:`backward_by_row` back-propagates each row right after its forward pass; ``False``: the
+whole micro-batch's loss at once, after every row's forward pass (the path before, which holds
+every row's activations at once; ``benchmarks/bench_memory.py --paths old`` measures it)."""
 
 LOGPROB_CHUNK_TOKENS: int | None = 512
 """Loss tokens whose ``[tokens, vocab]`` logits exist at once (``None``: all of a micro-batch's).
@@ -272,6 +278,12 @@ def backward_by_row(
     Returns:
         ``(logprobs, entropy)`` as :func:`token_logprobs`, without gradient.
     """
+    if not BACKWARD_BY_ROW:
+        logprobs, entropy = token_logprobs(model, batch, temperature=temperature, share_prefix=share_prefix, with_entropy=with_entropy)
+        rows = batch.loss_mask.any(dim=1).nonzero()[:, 0].tolist()
+        if rows:
+            torch.stack([row_loss(r, logprobs[r : r + 1]) for r in rows]).sum().backward()
+        return logprobs.detach(), entropy
     logprobs = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
     entropy = torch.zeros_like(logprobs) if with_entropy else None
     passes = _RowPasses(model, batch, share_prefix=share_prefix, leaf_prefix=True)

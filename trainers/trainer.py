@@ -47,7 +47,7 @@ from agentgym.models.loading import resolve_device
 from agentgym.records import EpisodeRecord
 from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.seeding import derive_seed, stream_rng
-from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
+from agentgym.trainers.checkpoint import folder_bytes, latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
 from agentgym.trainers.diagnostics import MetricsLogger, ProgressDisplay, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
 from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, loss_normalizer, masked_grpo_loss
@@ -114,12 +114,14 @@ class TrainResult:
         evaluations: evaluation summaries by label.
         report: the markdown report (also in ``report.md``).
         state: the final run state.
+        folder_bytes: the size of the run folder at the end.
     """
 
     output_dir: Path
     evaluations: dict[str, dict[str, float]]
     report: str
     state: RunState
+    folder_bytes: int
 
 
 def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: bool = False, console: Console | None = None) -> TrainResult:
@@ -183,10 +185,11 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
             display.message(f"eval ({label}): success {summary['episode/success_rate']:.3f}, reward {summary['reward/mean']:.3f}")
             return summary
 
-        def checkpoint_now(optimizer: Any = None, scheduler: Any = None) -> None:
+        def checkpoint_now(optimizer: Any = None, scheduler: Any = None, *, weights: bool = True) -> None:
             state.monitor = monitor.state_dict()
+            model = policy if weights else None
             save_checkpoint(
-                run_dir, _global_step(config, state), model=policy, optimizer=optimizer, scheduler=scheduler, state=asdict(state), keep=config.checkpoint.keep
+                run_dir, _global_step(config, state), model=model, optimizer=optimizer, scheduler=scheduler, state=asdict(state), keep=config.checkpoint.keep
             )
 
         def due(step: int, every: int) -> bool:
@@ -216,7 +219,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
             if config.eval.enabled:
                 evaluate("sft")
             state.phase, state.step = "grpo", 0
-            checkpoint_now()
+            checkpoint_now(weights=False)  # they are sft_model/'s, which a resumed GRPO phase loads
 
         # ---- 3. GRPO
         if state.phase == "grpo" and config.grpo.steps > 0:
@@ -272,6 +275,11 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
         state.phase = "done"
     logger.close()
     _export(policy, tokenizer, run_dir / "model")
+    if not config.checkpoint.keep_when_done:
+        # Done: the run is never resumed, so its resume state goes (weights and optimiser moments
+        # are ~4x the model; sft_model/ another 1x); model/ is the result.
+        for resume_state in ("checkpoints", "sft_model"):
+            shutil.rmtree(run_dir / resume_state, ignore_errors=True)
     plots, note = plot_metrics(run_dir / "metrics.jsonl", run_dir / "plots") if config.logging.plots else ([], None)
     if note:
         notes.append(note)
@@ -290,7 +298,9 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
         trained_on=trained_on,
         grpo_steps=grpo_steps,
     )
-    return TrainResult(output_dir=run_dir, evaluations=dict(state.evaluations), report=report, state=state)
+    size, model_size = folder_bytes(run_dir), folder_bytes(run_dir / "model")
+    console.print(f"run folder {run_dir}: {size / 2**20:.0f} MiB (model/ {model_size / 2**20:.0f} MiB)")
+    return TrainResult(output_dir=run_dir, evaluations=dict(state.evaluations), report=report, state=state, folder_bytes=size)
 
 
 # --------------------------------------------------------------------------------- the update
@@ -659,7 +669,8 @@ def _checkpoint_to_resume(run_dir: Path, config: TrainConfig, *, resume: bool | 
     if resume:
         checkpoint = latest_checkpoint(run_dir) if resume is True else Path(resume)
         if checkpoint is None or not (checkpoint / "state.json").is_file():
-            raise TrainerError(f"no checkpoint to resume from in {run_dir if resume is True else resume}")
+            finished = " (a finished run keeps its checkpoints only with checkpoint.keep_when_done)" if (run_dir / "model").is_dir() else ""
+            raise TrainerError(f"no checkpoint to resume from in {run_dir if resume is True else resume}{finished}")
         saved_file = run_dir / "config.yaml"
         if saved_file.is_file():
             saved, now = _flat(config_to_dict(load_config(saved_file))), _flat(config_to_dict(config))

@@ -219,10 +219,14 @@ def test_backward_keeps_no_logits_beyond_one_chunk(model, monkeypatch) -> None:
     assert max(saved_rows, default=0) <= 3
 
 
-def test_backward_by_row_gives_the_gradient_of_the_whole_batch(model) -> None:
+@pytest.mark.parametrize("by_row", [True, False], ids=["row-by-row", "whole-batch"])
+def test_backward_by_row_gives_the_gradient_of_the_whole_batch(model, monkeypatch, by_row) -> None:
     """Row by row, through a shared prefix, equals one backward pass over the micro-batch's loss."""
+    from agentgym.trainers import modeling
     from agentgym.trainers.grpo import masked_grpo_loss
     from agentgym.trainers.modeling import backward_by_row
+
+    monkeypatch.setattr(modeling, "BACKWARD_BY_ROW", by_row)
 
     batch = grouped_batch()
     assert shared_prefix_length(batch) >= MIN_SHARED_PREFIX  # the prefix's gradient path is exercised

@@ -128,6 +128,8 @@ def test_each_row_is_back_propagated_before_the_next_one_runs(policy, episodes) 
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     grpo = GRPOSection(micro_batch_size=2 * GROUP, kl_coef=0.0, share_prefix=False)
-    grpo_update(model, None, optimizer, scheduler, episodes, grpo, group_size=GROUP, temperature=1.0, pad_token_id=0, max_len=16, max_grad_norm=None, shuffle_seed=7)
+    grpo_update(
+        model, None, optimizer, scheduler, episodes, grpo, group_size=GROUP, temperature=1.0, pad_token_id=0, max_len=16, max_grad_norm=None, shuffle_seed=7
+    )
     rows = events.count("forward")
     assert rows > 1 and events == ["forward", "backward"] * rows
