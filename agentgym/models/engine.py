@@ -115,6 +115,8 @@ class EngineStats:
         prefill_s: seconds in prefill forward passes.
         decode_s: seconds in decode forward passes and sampling.
         decode_steps: decode forward passes.
+        decode_read_bytes: the bytes those passes had to read at the least: the weights once per
+            pass and every running row's cached keys and values (the decode roofline's numerator).
         peak_cache_bytes: largest size the key/value buffers reached.
     """
 
@@ -125,6 +127,7 @@ class EngineStats:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     decode_steps: int = 0
+    decode_read_bytes: int = 0
     peak_cache_bytes: int = 0
 
 
@@ -217,6 +220,7 @@ class KVEngine:
         self.capacity_growth = capacity_growth
         self.rows = KVRows(text_config.num_hidden_layers, kv_heads, head_dim, dtype=parameter.dtype, device=parameter.device)
         self.stats = EngineStats()
+        self._weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self._cache_keyword = cache_keyword(model)
         self._context: int | None = getattr(text_config, "max_position_embeddings", None)
         eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
@@ -518,6 +522,7 @@ class KVEngine:
                 finished.append(q)
                 self._release(q)
         self.stats.decode_steps += 1
+        self.stats.decode_read_bytes += self._weight_bytes + sum(self.rows.lengths[q.row] for q in live) * self.rows.bytes_per_token
         self.stats.decode_s += time.perf_counter() - started
         return finished
 
