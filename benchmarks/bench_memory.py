@@ -302,6 +302,7 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=6)
     parser.add_argument("--grpo-steps", type=int, default=1)
     parser.add_argument("--eval-split", default="test")
+    parser.add_argument("--sft-model", type=Path, help="start the grpo and eval phases from this model folder instead of training one first")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per phase (the experiment's: cores // jobs)")
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--watch", nargs=argparse.REMAINDER, help="run this command and report its summed peak (see the module docstring)")
@@ -311,9 +312,8 @@ def main() -> None:
         return
     measurements: list[Measurement] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as scratch:
-        args.sft_model = None
         phases = list(args.phases)
-        if {"grpo", "eval"} & set(phases) and "sft" not in phases:
+        if {"grpo", "eval"} & set(phases) and "sft" not in phases and args.sft_model is None:
             phases.insert(0, "sft")  # the SFT model the other phases start from
         for number, phase in enumerate(phases):
             # Alternate which path goes first, so neither always meets a cold or a warm page cache.

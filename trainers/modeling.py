@@ -11,6 +11,10 @@ once (batch size 1), then runs each row's own tokens alone on top of the resulti
 cache. The result and its gradient are those of the plain forward pass, up to float rounding:
 the cache tensors stay in the autograd graph, so the gradient flowing into the shared positions
 is summed over the rows exactly as the plain pass would sum it.
+
+Memory: the trainers' updates go through :func:`backward_by_row`, which back-propagates each
+row's loss right after its forward pass (one row's activations exist at a time), and the output
+layer runs :data:`LOGPROB_CHUNK_TOKENS` loss positions at a time.
 """
 
 from __future__ import annotations
@@ -62,11 +66,11 @@ whole micro-batch's loss at once, after every row's forward pass (the path befor
 every row's activations at once; ``benchmarks/bench_memory.py --paths old`` measures it)."""
 
 LOGPROB_CHUNK_TOKENS: int | None = 512
-"""Loss tokens whose ``[tokens, vocab]`` logits exist at once (``None``: all of a micro-batch's).
+"""Loss tokens whose ``[tokens, vocab]`` logits exist at once (``None``: all of a pass's).
 
-With gradients, a chunk's logits are recomputed in backward rather than kept: a micro-batch of
-2,000 loss tokens held ~4 float32 ``[2000, 49152]`` tensors (1.6 GB) before, ~0.4 GB now, for one
-more pass through the output layer (benchmarks/bench_memory.py)."""
+With gradients, a chunk's logits are recomputed in backward rather than kept. For the bundled
+model (a 49,152-token vocabulary) a chunk's float32 logits take 96 MiB; a pass over 2,000 loss
+tokens kept ~4 such tensors of 375 MiB each before."""
 
 
 class TrainerError(RuntimeError):
