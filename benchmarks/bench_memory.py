@@ -10,19 +10,25 @@ the experiment's configuration:
 * ``eval``: the evaluation of that SFT model on one evaluation split (``--eval-split``; the batch
   has as many rows as the whole evaluation's largest split).
 
-Each runs twice, on the path before (``old``: key/value buffers grown geometrically under a budget
-of a quarter of the machine, log-probabilities of a micro-batch in one ``[tokens, vocab]`` tensor)
-and on today's (``new``), alternating. For each it prints the peak resident memory, the seconds,
-where the memory goes (weights, gradients, optimiser state, key/value buffers, the largest
-log-probability tensors, and the rest: activations, the allocator, Python), the peak of each stage
-of the phase, and the run folder's size; then the new/old ratios and whether both paths sampled the
-same tokens.
+Each runs on the path before (``old``: every row of a micro-batch forward, then one backward pass
+over the micro-batch, log-probabilities of a pass in one ``[tokens, vocab]`` tensor, key/value
+buffers that double when they grow) and on today's (``new``), one process each, alternating. For
+each it prints the peak resident memory, the seconds, where the memory goes (weights, gradients,
+optimiser state, the key/value buffers' peak, the largest logits tensor, and the rest:
+activations, the allocator, Python), the peak of each stage of the phase, and the run folder's
+size; then the new/old ratios and how many trajectories both paths sampled identically.
 
-    python benchmarks/bench_memory.py                          # all three phases, both paths (~6 min)
-    python benchmarks/bench_memory.py --phases grpo --paths new
+    python benchmarks/bench_memory.py                                   # all three phases, both paths
+    python benchmarks/bench_memory.py --phases grpo --sft-model PATH    # GRPO from a given model
+    python benchmarks/bench_memory.py --autocast off                    # float32 products (faster on CPUs without bf16 units)
+
+An SFT step of the experiment takes several CPU minutes with its bf16 autocast on a CPU without
+bf16 units (float32 is ~5x faster there); ``--sft-steps``, ``--grpo-steps`` and ``--autocast``
+trade fidelity for time. GRPO from a model that fails every task has nothing to update; add
+``--keep-degenerate-groups`` to run the update anyway (same shapes, zero advantages).
 
 The whole main job's summed peak (every concurrent phase process together) is measured by running
-it under ``benchmarks/bench_memory.py --watch -- agentgym experiment ...``: it samples the resident
+it under ``benchmarks/bench_memory.py --watch agentgym experiment trainers/configs/experiments/learning_cpu.yaml``: it samples the resident
 memory of the command and all its descendants every 0.2 s and prints the largest sum (and the
 largest single process).
 """
@@ -156,6 +162,7 @@ def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) 
         def __init__(self, *a: Any, **k: Any) -> None:
             super().__init__(*a, **k)
             backends.append(self.engine.stats)
+            result.weights = _nbytes(self.model.parameters())
 
     hf.HFBackend = CountingBackend  # type: ignore[misc]
 
@@ -181,6 +188,8 @@ def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) 
 
     (work / "experiment").mkdir(parents=True)
     config = experiment.load_experiment(EXPERIMENT, output_dir=str(work / "experiment"))
+    if args.autocast is not None:
+        config.training["autocast"] = args.autocast
     tasks = experiment._tasks(config, work / "experiment")
     with _RssSampler() as sampler:
         trainer.run_rollouts = _staged(sampler, "rollouts", trainer.run_rollouts)
@@ -221,7 +230,8 @@ def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) 
             result.tokens = [list(e.trajectory.token_ids) for e in episodes]
         else:
             run = work / "run"
-            change = {"sft": {"steps": args.sft_steps}} if phase == "sft" else {"grpo": {"steps": args.grpo_steps}}
+            grpo = {"steps": args.grpo_steps} | ({"filter_degenerate": False} if args.keep_degenerate_groups else {})
+            change = {"sft": {"steps": args.sft_steps}} if phase == "sft" else {"grpo": grpo}
             train_config = experiment._train_config(
                 config, phase, 0, tasks["sft"], tasks["grpo"], run, model=None if phase == "sft" else args.sft_model, change=change
             )
@@ -278,18 +288,33 @@ def _print(measurements: list[Measurement]) -> None:
         )
 
 
+def _tree_rss(root: int) -> list[int]:
+    """Resident bytes of process ``root`` and each of its descendants (Linux ``/proc``)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            parents[int(entry.name)] = int(fields[1])
+            rss[int(entry.name)] = int(fields[21]) * page
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return [rss[pid] for pid in tree if pid in rss]
+
+
 def _watch(command: list[str]) -> None:
     """Run ``command``; print the largest summed resident memory of it and its descendants."""
-    import psutil
-
     process = subprocess.Popen(command)
-    root = psutil.Process(process.pid)
     peak_sum = peak_one = 0
     while process.poll() is None:
-        rss = []
-        for p in [root, *root.children(recursive=True)]:
-            with contextlib.suppress(psutil.Error):
-                rss.append(p.memory_info().rss)
+        rss = _tree_rss(process.pid)
         peak_sum, peak_one = max(peak_sum, sum(rss)), max(peak_one, max(rss, default=0))
         time.sleep(0.2)
     print(f"summed peak resident memory {peak_sum / MIB:.0f} MiB; largest single process {peak_one / MIB:.0f} MiB; exit code {process.returncode}")
@@ -302,13 +327,23 @@ def main() -> None:
     parser.add_argument("--sft-steps", type=int, default=6)
     parser.add_argument("--grpo-steps", type=int, default=1)
     parser.add_argument("--eval-split", default="test")
+    parser.add_argument(
+        "--keep-degenerate-groups",
+        action="store_true",
+        help="GRPO updates on groups without reward variance too (a model that fails every task still exercises the update)",
+    )
     parser.add_argument("--sft-model", type=Path, help="start the grpo and eval phases from this model folder instead of training one first")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per phase (the experiment's: cores // jobs)")
+    parser.add_argument(
+        "--autocast",
+        choices=["auto", "bf16", "off"],
+        help="replace the experiment's training.autocast (bf16 matrix products are ~5x slower than float32 on CPUs without bf16 units)",
+    )
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--watch", nargs=argparse.REMAINDER, help="run this command and report its summed peak (see the module docstring)")
     args = parser.parse_args()
     if args.watch:
-        _watch([a for a in args.watch if a != "--"])
+        _watch(args.watch)
         return
     measurements: list[Measurement] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as scratch:
