@@ -260,6 +260,30 @@ def token_logprobs(
     return logprobs, entropy
 
 
+@overload
+def backward_by_row(
+    model: torch.nn.Module,
+    batch: TensorBatch,
+    row_loss: Callable[[int, torch.Tensor], torch.Tensor],
+    *,
+    temperature: float = 1.0,
+    share_prefix: bool = True,
+    with_entropy: Literal[True],
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def backward_by_row(
+    model: torch.nn.Module,
+    batch: TensorBatch,
+    row_loss: Callable[[int, torch.Tensor], torch.Tensor],
+    *,
+    temperature: float = 1.0,
+    share_prefix: bool = True,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
 def backward_by_row(
     model: torch.nn.Module,
     batch: TensorBatch,
