@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import multiprocessing
 import os
@@ -360,7 +361,9 @@ def main() -> None:
                     args.sft_model = work / "run" / "model"
     _print([m for m in measurements if m.phase in args.phases])
     if args.json:
-        Path(args.json).write_text(json.dumps([asdict(m) | {"tokens": len(m.tokens)} for m in measurements], indent=1), encoding="utf-8")
+        # A digest of the sampled tokens, so that runs of the two paths in separate invocations can be compared.
+        rows = [asdict(m) | {"tokens": len(m.tokens), "token_digest": hashlib.sha256(json.dumps(m.tokens).encode()).hexdigest()} for m in measurements]
+        Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
 
 
 if __name__ == "__main__":
