@@ -13,7 +13,10 @@ Each mode runs in its own process (so its peak memory is its own) and the modes 
 ``--repeats``; the best repeat of each is reported. For each it prints sampled tokens per second of
 wall time, peak resident memory, and the share of wall time in prefill, decode and the
 environments, then the cache/no-cache throughput ratio and how many trajectories came out
-token-identical (the seeds are the same, so they should all be).
+token-identical (the seeds are the same, so they should all be). Last, the decode roofline of the
+cache mode: the memory bandwidth the process measures (summing a 256 MiB buffer), the bytes its
+decode passes must read (the weights once per pass, each running row's keys and values at its
+length), the tokens per second those two imply, and the fraction of it the decode passes achieved.
 
     python benchmarks/bench_rollout.py                    # SQL-v0, 2 tasks x 4, 2 turns x 48 tokens
     python benchmarks/bench_rollout.py --larger           # 8 tasks x 8, 4 turns
@@ -58,6 +61,7 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
     runner = RolloutRunner(backend)
     # Warm-up on another task: first calls pay for lazy initialisation (kernels, allocator, templates).
     runner.run(RolloutConfig(args.env, split="val", num_tasks=1, max_turns=1, max_new_tokens=2))
+    before = backend.engine.stats.decode_read_bytes, backend.engine.stats.decode_steps
     episodes = runner.run(config)
     timing = runner.last_timing
     assert timing is not None
@@ -65,6 +69,9 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
         {
             "mode": mode,
             **timing.to_dict(),
+            "read_bytes_per_s": _read_bandwidth(),
+            "decode_read_bytes": backend.engine.stats.decode_read_bytes - before[0],
+            "decode_steps": backend.engine.stats.decode_steps - before[1],
             "render_share": timing.render_s / timing.wall_s,
             "prefill_share": timing.prefill_s / timing.wall_s,
             "decode_share": timing.decode_s / timing.wall_s,
@@ -73,6 +80,22 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
             "successes": sum(bool(e.record["success"]) for e in episodes),
         }
     )
+
+
+def _read_bandwidth(size: int = 2**28, repeats: int = 5) -> float:
+    """Bytes per second this process reads from memory with torch's threads (best of ``repeats``
+    sums over a buffer far larger than any cache): the roofline's denominator."""
+    import time
+
+    import torch
+
+    buffer = torch.ones(size // 4, dtype=torch.float32)
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        buffer.sum()
+        best = min(best, time.perf_counter() - started)
+    return size / best
 
 
 def _measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
@@ -147,6 +170,20 @@ def main() -> None:
             f"{summary['peak_memory_ratio']:.2f}x; token-identical trajectories: {identical}/{episodes}"
         )
     print("(prefill and decode shares are measured inside the engine, so the no-cache mode shows none)")
+    if "cache" in best and best["cache"]["decode_read_bytes"]:
+        row = best["cache"]
+        # Decoding must read the weights once per pass and every running row's keys and values:
+        # at the measured bandwidth, that bounds the tokens per second of the decode passes.
+        bandwidth, must_read = row["read_bytes_per_s"], row["decode_read_bytes"]
+        tokens = row["sampled_tokens"]
+        roofline = tokens / (must_read / bandwidth)
+        achieved = tokens / row["decode_s"] if row["decode_s"] else 0.0
+        summary.update(read_bandwidth=bandwidth, decode_read_bytes=must_read, roofline_tokens_per_s=roofline, decode_tokens_per_s=achieved)
+        print(
+            f"decode roofline (cache): memory read {bandwidth / 1e9:.1f} GB/s; the decode passes must read {must_read / 1e9:.2f} GB "
+            f"({must_read / max(row['decode_steps'], 1) / 2**20:.0f} MiB a pass: weights + keys/values at the batch's lengths) for {tokens} tokens; "
+            f"roofline {roofline:.1f} tok/s, achieved {achieved:.1f} tok/s in decode ({achieved / roofline:.0%})"
+        )
     if args.json:
         summary["modes"] = [{k: v for k, v in best[m].items() if k != "trajectories"} for m in args.modes]
         with open(args.json, "w", encoding="utf-8") as out:

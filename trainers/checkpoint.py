@@ -3,6 +3,8 @@
 A checkpoint is a folder ``checkpoints/step-NNNNNN`` (the run's global step) holding:
 
 * ``weights.safetensors``: the trainable parameters (all weights, or only the LoRA adapters);
+  absent at the boundary between SFT and GRPO, where they are those of ``sft_model/``, which a
+  resumed GRPO phase loads;
 * ``optimizer.pt``: the optimiser's and the learning-rate schedule's state (absent at the
   boundary between SFT and GRPO, where a fresh optimiser starts);
 * ``rng.pt``: torch's, numpy's and Python's global random states (the trainer draws nothing
@@ -29,7 +31,7 @@ from safetensors.torch import load_file, save_file
 
 from agentgym.trainers.modeling import TrainerError
 
-__all__ = ["checkpoints", "latest_checkpoint", "load_checkpoint_state", "restore_checkpoint", "save_checkpoint"]
+__all__ = ["checkpoints", "folder_bytes", "latest_checkpoint", "load_checkpoint_state", "restore_checkpoint", "save_checkpoint"]
 
 _PREFIX = "step-"
 
@@ -56,20 +58,24 @@ def save_checkpoint(
     run_dir: str | Path,
     t: int,
     *,
-    model: torch.nn.Module,
+    model: torch.nn.Module | None,
     optimizer: torch.optim.Optimizer | None,
     scheduler: torch.optim.lr_scheduler.LRScheduler | None,
     state: dict[str, Any],
     keep: int,
 ) -> Path:
-    """Write the checkpoint of global step ``t`` and delete all but the newest ``keep``."""
+    """Write the checkpoint of global step ``t`` and delete all but the newest ``keep``.
+
+    ``model=None`` writes no weights: the run's saved model folder holds them (the SFT result).
+    """
     folder = _folder(Path(run_dir))
     target = folder / f"{_PREFIX}{t:06d}"
     partial = folder / f".partial-{t:06d}"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    weights = {name: p.detach().contiguous().cpu() for name, p in model.named_parameters() if p.requires_grad}
-    save_file(weights, str(partial / "weights.safetensors"))
+    if model is not None:
+        weights = {name: p.detach().contiguous().cpu() for name, p in model.named_parameters() if p.requires_grad}
+        save_file(weights, str(partial / "weights.safetensors"))
     if optimizer is not None and scheduler is not None:
         torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, partial / "optimizer.pt")
     rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
@@ -82,6 +88,11 @@ def save_checkpoint(
     for old in checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old)
     return target
+
+
+def folder_bytes(path: str | Path) -> int:
+    """Bytes of the files under ``path``."""
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
 
 
 def load_checkpoint_state(path: str | Path) -> dict[str, Any]:
@@ -107,15 +118,16 @@ def restore_checkpoint(
             (a different model or LoRA setting than the run that wrote it).
     """
     path = Path(path)
-    weights = load_file(str(path / "weights.safetensors"))
     device = next(model.parameters()).device
-    expected = {name for name, p in model.named_parameters() if p.requires_grad}
-    if set(weights) != expected:
-        missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
-        raise TrainerError(
-            f"checkpoint {path} does not fit this model: missing {missing[:3]}, unexpected {extra[:3]} (resume with the configuration that wrote it)"
-        )
-    model.load_state_dict({k: v.to(device) for k, v in weights.items()}, strict=False)
+    if (path / "weights.safetensors").is_file():  # absent: the model was loaded with them (see save_checkpoint)
+        weights = load_file(str(path / "weights.safetensors"))
+        expected = {name for name, p in model.named_parameters() if p.requires_grad}
+        if set(weights) != expected:
+            missing, extra = sorted(expected - set(weights)), sorted(set(weights) - expected)
+            raise TrainerError(
+                f"checkpoint {path} does not fit this model: missing {missing[:3]}, unexpected {extra[:3]} (resume with the configuration that wrote it)"
+            )
+        model.load_state_dict({k: v.to(device) for k, v in weights.items()}, strict=False)
     if optimizer is not None and scheduler is not None and (path / "optimizer.pt").is_file():
         saved = torch.load(path / "optimizer.pt", map_location=device, weights_only=False)
         optimizer.load_state_dict(saved["optimizer"])

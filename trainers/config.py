@@ -394,10 +394,14 @@ class CheckpointSection:
         every: optimiser-phase steps between checkpoints (SFT and GRPO steps alike); 0 saves
             one only at the end of each phase.
         keep: most recent checkpoints kept on disk.
+        keep_when_done: a finished run keeps its resume state (``checkpoints/`` and
+            ``sft_model/``), to be extended later with more ``grpo.steps``; by default only
+            ``model/`` and the records stay.
     """
 
     every: Annotated[int, Field(ge=0)] = 0
     keep: Annotated[int, Field(ge=1)] = 2
+    keep_when_done: bool = False
 
 
 @config_dataclass()

@@ -40,9 +40,9 @@ the phase has finished), ``<arm>/seed-<s>/eval.jsonl`` and
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
-import shutil
 import statistics
 import subprocess
 import time
@@ -61,6 +61,7 @@ from agentgym.progress import ProgressReport
 from agentgym.rollout import final_info, read_jsonl, write_jsonl
 from agentgym.trainers.config import ConfigError, TrainConfig, config_dataclass, config_error, config_from_dict
 from agentgym.trainers.diagnostics import read_metrics, save_plot
+from agentgym.trainers.memory import EPISODE_TOKENS, MemoryBudget, available_memory, model_footprint
 
 __all__ = ["Choice", "DevelopmentSection", "EvaluationSection", "ExperimentConfig", "TaskPick", "load_experiment", "run_experiment", "summarize_experiment"]
 
@@ -358,6 +359,11 @@ def _run_in_workers(
     # Every phase gets the same thread count whatever runs beside it: thread counts change float
     # rounding, and the samples must not depend on how the phases happened to be scheduled.
     threads = max(1, torch.get_num_threads() // config.jobs)
+    budget = _memory_budget(config, tasks)
+    log(
+        f"memory: {budget.available / 2**30:.1f} GiB available; estimated peaks: training {budget.training / 2**30:.1f} GiB, "
+        f"evaluation {budget.evaluation / 2**30:.1f} GiB (a phase starts only beside phases it fits with)"
+    )
     pending = {p.name for p in todo}
     running: dict[Any, _Phase] = {}
     # Spawned workers start clean (no inherited thread pools); they get the environment's
@@ -369,9 +375,9 @@ def _run_in_workers(
     try:
         while todo or running:
             ready = [p for p in todo if p.after not in pending]
-            for phase in _startable(ready, config.jobs - len(running)):
+            for phase in _startable(ready, config.jobs - len(running), running=[p.kind for p in running.values()], budget=budget):
                 todo.remove(phase)
-                log(f"started {phase.name} ({threads} thread{'s' * (threads > 1)})")
+                log(f"started {phase.name} ({threads} thread{'s' * (threads > 1)}, estimated peak {budget.estimate(phase.kind) / 2**30:.1f} GiB)")
                 running[pool.submit(_run_phase_in_worker, threads, config, tasks, phase)] = phase
             done, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in done:
@@ -393,11 +399,34 @@ def _run_in_workers(
     pool.shutdown(wait=True)
 
 
-def _startable(ready: Sequence[_Phase], free: int) -> list[_Phase]:
+def _startable(ready: Sequence[_Phase], free: int, *, running: Sequence[str] = (), budget: MemoryBudget | None = None) -> list[_Phase]:
     """The ready phases to start in ``free`` worker slots: trainings before evaluations, and SFT
     trainings before GRPO ones (each SFT model starts the GRPO phases of its seed), so the long
-    phases start early and the short ones fill the end."""
-    return sorted(ready, key=lambda p: (p.kind == "eval", p.arm != SFT))[: max(0, free)]
+    phases start early and the short ones fill the end. With a ``budget``, a phase starts only when
+    its estimated peak fits beside those of the ``running`` phases' kinds and the ones chosen before it."""
+    chosen: list[_Phase] = []
+    for phase in sorted(ready, key=lambda p: (p.kind == "eval", p.arm != SFT)):
+        if len(chosen) < free and (budget is None or budget.fits([*running, *(p.kind for p in chosen)], phase.kind)):
+            chosen.append(phase)
+    return chosen
+
+
+def _memory_budget(config: ExperimentConfig, tasks: dict[str, list[str]]) -> MemoryBudget:
+    """The memory now available and the estimated peaks of the experiment's phases (see
+    :mod:`agentgym.trainers.memory`); without a local model folder to measure, no phase waits."""
+    from agentgym.models.hf import HFBackend
+    from agentgym.models.loading import resolve_model_path
+
+    available = available_memory()
+    footprint = model_footprint(resolve_model_path(config.model))
+    if footprint is None:
+        return MemoryBudget(available, 0, 0)
+    training = config_from_dict({**config.training, "env_id": config.env_id})
+    tokens = training.rollout.max_total_tokens or EPISODE_TOKENS
+    rows_cap = inspect.signature(HFBackend).parameters["max_batch_size"].default
+    train_rows = min(rows_cap, training.rollout.num_tasks * training.rollout.group_size)
+    eval_rows = min(rows_cap, max(len(ids) for ids in _split_ids(tasks["eval"]).values()) * config.evaluation.trials)
+    return MemoryBudget(available, footprint.training_peak(train_rows, tokens), footprint.evaluation_peak(eval_rows, tokens))
 
 
 def _worker_init(spec: Any) -> None:
@@ -536,12 +565,10 @@ def _train(train_config: TrainConfig, run: Path, log: Callable[[str], None]) -> 
 
     resume = latest_checkpoint(run) is not None
     log(f"training {run} ({'resuming' if resume else 'from the start'})")
+    # Finished, the trainer deletes the phase's resume state (checkpoint.keep_when_done is off):
+    # weights and optimiser moments, ~1.6 GB per phase for 135M; the nine training phases'
+    # checkpoints filled 15 GB of disk.
     train(train_config, resume=resume, overwrite=not resume)
-    # Finished: the phase's model is exported and the experiment never resumes it again, so the
-    # trainer's resume state goes (weights and optimiser moments, ~1.6 GB per phase for 135M;
-    # the nine training phases' checkpoints filled 15 GB of disk).
-    for resume_state in ("checkpoints", "sft_model"):
-        shutil.rmtree(run / resume_state, ignore_errors=True)
 
 
 def _evaluate(

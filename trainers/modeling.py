@@ -11,18 +11,23 @@ once (batch size 1), then runs each row's own tokens alone on top of the resulti
 cache. The result and its gradient are those of the plain forward pass, up to float rounding:
 the cache tensors stay in the autograd graph, so the gradient flowing into the shared positions
 is summed over the rows exactly as the plain pass would sum it.
+
+Memory: the trainers' updates go through :func:`backward_by_row`, which back-propagates each
+row's loss right after its forward pass (one row's activations exist at a time), and the output
+layer runs :data:`LOGPROB_CHUNK_TOKENS` loss positions at a time.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, overload
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from agentgym.models import DEFAULT_MODEL, TokenBatch, load_model
 from agentgym.models.engine import cache_keyword
@@ -34,12 +39,15 @@ if TYPE_CHECKING:
     from agentgym.trainers.config import LoRASection, OptimSection
 
 __all__ = [
+    "BACKWARD_BY_ROW",
+    "LOGPROB_CHUNK_TOKENS",
     "MIN_SHARED_PREFIX",
     "Reference",
     "TensorBatch",
     "TrainerError",
     "add_lora",
     "autocast",
+    "backward_by_row",
     "clip_and_step",
     "is_lora",
     "load_policy",
@@ -51,6 +59,18 @@ __all__ = [
 
 MIN_SHARED_PREFIX = 16
 """Shorter common prefixes are not worth a separate forward pass."""
+
+BACKWARD_BY_ROW = True
+""":func:`backward_by_row` back-propagates each row right after its forward pass; ``False``: the
+whole micro-batch's loss at once, after every row's forward pass (the path before, which holds
+every row's activations at once; ``benchmarks/bench_memory.py --paths old`` measures it)."""
+
+LOGPROB_CHUNK_TOKENS: int | None = 512
+"""Loss tokens whose ``[tokens, vocab]`` logits exist at once (``None``: all of a pass's).
+
+With gradients, a chunk's logits are recomputed in backward rather than kept. For the bundled
+model (a 49,152-token vocabulary) a chunk's float32 logits take 96 MiB; a pass over 2,000 loss
+tokens kept ~4 such tensors of 375 MiB each before."""
 
 
 class TrainerError(RuntimeError):
@@ -227,30 +247,124 @@ def token_logprobs(
         ``(logprobs, entropy)``: ``[B, L]`` tensors, zero outside ``loss_mask``. ``entropy`` (of the
         whole next-token distribution, in nats, no gradient) is ``None`` unless ``with_entropy``.
     """
-    ids, attention, mask = batch.input_ids, batch.attention_mask, batch.loss_mask
-    rows, width = ids.shape
-    logprobs = torch.zeros(rows, width, dtype=torch.float32, device=ids.device)
+    logprobs = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
     entropy = torch.zeros_like(logprobs) if with_entropy else None
-    # Position p of row r predicts token p + 1: these (r, p) pairs are the logits the loss needs.
-    row, position = mask[:, 1:].nonzero(as_tuple=True)
-    if row.numel() == 0:
+    passes = _RowPasses(model, batch, share_prefix=share_prefix, leaf_prefix=False)
+    if not passes.rows:
         return logprobs, entropy
-    end = int(position.max()) + 1  # later tokens are never an input the loss depends on
-    prefix = shared_prefix_length(batch) if share_prefix else 0
-    if prefix < MIN_SHARED_PREFIX:
-        prefix = 0
-    logits = _selected_logits(model, ids[:, :end], attention[:, :end], prefix, row, position).float()  # [N, V]
+    states, head = zip(*(passes.states(r) for r in passes.rows), strict=True)
+    picked, picked_entropy = _logprobs_from_states(torch.cat(states), passes.targets, head[0], temperature, with_entropy)
+    logprobs = logprobs.index_put((passes.row, passes.position + 1), picked)
+    if entropy is not None:
+        entropy[passes.row, passes.position + 1] = picked_entropy
+    return logprobs, entropy
+
+
+@overload
+def backward_by_row(
+    model: torch.nn.Module,
+    batch: TensorBatch,
+    row_loss: Callable[[int, torch.Tensor], torch.Tensor],
+    *,
+    temperature: float = 1.0,
+    share_prefix: bool = True,
+    with_entropy: Literal[True],
+) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+@overload
+def backward_by_row(
+    model: torch.nn.Module,
+    batch: TensorBatch,
+    row_loss: Callable[[int, torch.Tensor], torch.Tensor],
+    *,
+    temperature: float = 1.0,
+    share_prefix: bool = True,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]: ...
+
+
+def backward_by_row(
+    model: torch.nn.Module,
+    batch: TensorBatch,
+    row_loss: Callable[[int, torch.Tensor], torch.Tensor],
+    *,
+    temperature: float = 1.0,
+    share_prefix: bool = True,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`token_logprobs`, and the gradient of a loss that is a sum over rows, one row at a time.
+
+    ``row_loss(r, logprobs)`` is row ``r``'s term of the loss, from its ``[1, L]`` logprobs (zero
+    outside its loss tokens); the gradient of the sum of the terms is added to the parameters'
+    ``.grad``. Each row's forward pass is followed by its backward pass at once, so the
+    activations of one row exist at a time, not those of the whole micro-batch (the largest
+    memory of an update). The shared prefix runs once: the rows attend to a detached copy of its
+    keys and values, whose gradients add up over the rows and then flow through the prefix's
+    pass once. The gradient equals the whole batch's up to float rounding (the order of the sums).
+
+    Returns:
+        ``(logprobs, entropy)`` as :func:`token_logprobs`, without gradient.
+    """
+    if not BACKWARD_BY_ROW:
+        logprobs, entropy = token_logprobs(model, batch, temperature=temperature, share_prefix=share_prefix, with_entropy=with_entropy)
+        rows = batch.loss_mask.any(dim=1).nonzero()[:, 0].tolist()
+        if rows:
+            torch.stack([row_loss(r, logprobs[r : r + 1]) for r in rows]).sum().backward()
+        return logprobs.detach(), entropy
+    logprobs = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
+    entropy = torch.zeros_like(logprobs) if with_entropy else None
+    passes = _RowPasses(model, batch, share_prefix=share_prefix, leaf_prefix=True)
+    for r in passes.rows:
+        states, head = passes.states(r)
+        here = passes.row == r
+        picked, picked_entropy = _logprobs_from_states(states, passes.targets[here], head, temperature, with_entropy)
+        columns = passes.position[here] + 1
+        row_logprobs = torch.zeros(1, logprobs.shape[1], dtype=torch.float32, device=logprobs.device).index_put((torch.zeros_like(columns), columns), picked)
+        row_loss(r, row_logprobs).backward()
+        logprobs[r, columns] = picked.detach()
+        if entropy is not None:
+            entropy[r, columns] = picked_entropy
+    passes.backward_prefix()
+    return logprobs, entropy
+
+
+def _logprobs_from_states(
+    states: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module | None, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The logprobs of ``targets`` (and the entropies), :data:`LOGPROB_CHUNK_TOKENS` at a time."""
+    chunk = LOGPROB_CHUNK_TOKENS or len(targets)
+    recompute = head is not None and torch.is_grad_enabled() and states.requires_grad and chunk < len(targets)
+    picked, entropy = [], []
+    for start in range(0, len(targets), chunk):
+        part = slice(start, start + chunk)
+        if recompute:
+            # Recomputed in backward instead of kept: a chunk's [chunk, V] logits live only while it is processed.
+            values = checkpoint(_chunk_logprobs, states[part], targets[part], head, temperature, with_entropy, use_reentrant=False, preserve_rng_state=False)
+        else:
+            values = _chunk_logprobs(states[part], targets[part], head, temperature, with_entropy)
+        picked.append(values[0])
+        entropy.append(values[1])
+    return torch.cat(picked), torch.cat(entropy)
+
+
+def _chunk_logprobs(
+    states: torch.Tensor, targets: torch.Tensor, head: torch.nn.Module | None, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logprobs of ``targets`` (and the entropies, no gradient; empty unless ``with_entropy``) from
+    the hidden states at their positions (``head`` maps them to logits; ``None``: they are logits)."""
+    logits = (states if head is None else head(states)).float()  # [chunk, V]
     if temperature != 1.0:
         logits = logits / temperature
-    # logit - logsumexp instead of a full log_softmax: no second [N, V] tensor is kept for backward.
+    # logit - logsumexp instead of a full log_softmax: no second [chunk, V] tensor is kept for backward.
     normalizer = torch.logsumexp(logits, dim=-1)
-    picked = logits.gather(-1, ids[row, position + 1].unsqueeze(-1)).squeeze(-1) - normalizer
-    logprobs = logprobs.index_put((row, position + 1), picked)
-    if entropy is not None:
+    picked = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - normalizer
+    entropy = logits.new_empty(0)
+    if with_entropy:
         with torch.no_grad():
             # H = logsumexp(z) - sum_v p_v z_v
-            entropy[row, position + 1] = normalizer - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
-    return logprobs, entropy
+            entropy = normalizer - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+    return picked, entropy
 
 
 # Models whose logits are more than a linear map of the last hidden state (soft-capping, scaling):
@@ -258,48 +372,76 @@ def token_logprobs(
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
-def _selected_logits(
-    model: torch.nn.Module, ids: torch.Tensor, attention: torch.Tensor, prefix: int, row: torch.Tensor, position: torch.Tensor
-) -> torch.Tensor:
-    """The logits at ``(row, position)`` pairs (sorted by row, then position), ``[N, V]``.
+class _RowPasses:
+    """The forward passes behind the logits at the loss positions: the shared prefix, then each row.
 
-    The first ``prefix`` tokens run once for all rows; then each row runs alone, from the end of
-    the prefix to its last needed position. At agent sequence lengths (hundreds of tokens per
-    row) the matrix products stay full, and no work goes to padding: a padded batch runs every
-    row to the longest row's length, and its attention reads the padded positions too (a GRPO
-    group's continuations vary by 2-3x in length; on SQL-v0 about a third of the rows' own work
-    was padding, and the update got ~10 % faster without it). Rows without loss tokens do not
-    run at all. Where the output layer is a plain linear map, it runs on the selected hidden
-    states only (the vocabulary is wide).
+    Position ``p`` of row ``r`` predicts token ``p + 1``; :attr:`row` and :attr:`position` are
+    those ``(r, p)`` pairs of every loss token (sorted by row, then position), :attr:`targets` the
+    tokens. The first ``prefix`` tokens run once for all rows, at construction; then
+    :meth:`states` runs one row alone, from the end of the prefix to its last needed position. At
+    agent sequence lengths (hundreds of tokens per row) the matrix products stay full, and no work
+    goes to padding: a padded batch runs every row to the longest row's length, and its attention
+    reads the padded positions too (a GRPO group's continuations vary by 2-3x in length; on SQL-v0
+    about a third of the rows' own work was padding, and the update got ~10 % faster without it).
+    Rows without loss tokens do not run at all. Where the output layer is a plain linear map, the
+    caller runs it on the selected hidden states only, a chunk at a time (the vocabulary is wide).
+
+    ``leaf_prefix``: the rows attend to a detached copy of the prefix's keys and values (see
+    :func:`backward_by_row`); :meth:`backward_prefix` then carries their gradient through the prefix.
     """
-    config = getattr(model, "config", None)
-    # transformers' methods (a peft model forwards them), which torch's annotation of Module attributes does not cover.
-    get_decoder: Any = getattr(model, "get_decoder", None)
-    get_output_embeddings: Any = getattr(model, "get_output_embeddings", None)
-    split = get_decoder is not None and get_output_embeddings is not None and not any(getattr(config, name, None) for name in _LOGIT_TRANSFORMS)
-    network = get_decoder() if split else model
-    keyword = cache_keyword(model)
-    prefix_states: list[tuple[torch.Tensor, torch.Tensor]] = []
-    if prefix:
-        shared = network(input_ids=ids[:1, :prefix], use_cache=True, **({} if split else {"logits_to_keep": 1}))
-        prefix_states = [(layer.keys, layer.values) for layer in getattr(shared, keyword).layers]
-    outputs = []
-    for r in torch.unique_consecutive(row).tolist():
-        needed = position[row == r] - prefix  # the row's positions whose logits are needed, after the prefix
+
+    def __init__(self, model: torch.nn.Module, batch: TensorBatch, *, share_prefix: bool, leaf_prefix: bool) -> None:
+        ids, attention, mask = batch.input_ids, batch.attention_mask, batch.loss_mask
+        self.row, self.position = mask[:, 1:].nonzero(as_tuple=True)
+        self.rows: list[int] = torch.unique_consecutive(self.row).tolist()
+        self.targets = ids[self.row, self.position + 1]
+        end = int(self.position.max()) + 1 if self.rows else 0  # later tokens are never an input the loss depends on
+        self._ids, self._attention = ids[:, :end], attention[:, :end]
+        prefix = shared_prefix_length(batch) if share_prefix and self.rows else 0
+        self.prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
+        config = getattr(model, "config", None)
+        # transformers' methods (a peft model forwards them), which torch's annotation of Module attributes does not cover.
+        get_decoder: Any = getattr(model, "get_decoder", None)
+        get_output_embeddings: Any = getattr(model, "get_output_embeddings", None)
+        split = get_decoder is not None and get_output_embeddings is not None and not any(getattr(config, name, None) for name in _LOGIT_TRANSFORMS)
+        self._network = get_decoder() if split else model
+        self._head: torch.nn.Module | None = get_output_embeddings() if split else None
+        self._keyword = cache_keyword(model)
+        self._prefix_states: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._attended: list[tuple[torch.Tensor, torch.Tensor]] = []
+        if self.prefix:
+            shared = self._network(input_ids=self._ids[:1, : self.prefix], use_cache=True, **({} if split else {"logits_to_keep": 1}))
+            self._prefix_states = [(layer.keys, layer.values) for layer in getattr(shared, self._keyword).layers]
+            leaves = leaf_prefix and torch.is_grad_enabled()
+            self._attended = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in self._prefix_states] if leaves else self._prefix_states
+
+    def states(self, r: int) -> tuple[torch.Tensor, torch.nn.Module | None]:
+        """Row ``r``'s pass: ``(hidden states [n, H] at its loss positions, the output layer)``, or
+        ``(logits [n, V], None)`` for a model whose logits are more than a linear map of its states."""
+        prefix, ids = self.prefix, self._ids
+        needed = self.position[self.row == r] - prefix  # the row's positions whose logits are needed, after the prefix
         end = prefix + int(needed[-1]) + 1
-        inputs: dict[str, Any] = {"input_ids": ids[r : r + 1, prefix:end], "attention_mask": attention[r : r + 1, :end]}
+        inputs: dict[str, Any] = {"input_ids": ids[r : r + 1, prefix:end], "attention_mask": self._attention[r : r + 1, :end]}
         if prefix:
             # A cache object per row over the same prefix tensors: appending the row's keys and
             # values makes new tensors, so the prefix is shared and its gradient sums over rows.
-            inputs |= {"position_ids": torch.arange(prefix, end, device=ids.device)[None], "use_cache": True, keyword: _cache_from(prefix_states)}
+            inputs |= {"position_ids": torch.arange(prefix, end, device=ids.device)[None], "use_cache": True, self._keyword: _cache_from(self._attended)}
         else:
             inputs["use_cache"] = False
-        if split:
-            outputs.append(network(**inputs).last_hidden_state[0, needed])
-        else:
-            outputs.append(network(**inputs, logits_to_keep=needed).logits[0])
-    selected = torch.cat(outputs)
-    return get_output_embeddings()(selected) if split else selected
+        if self._head is not None:
+            return self._network(**inputs).last_hidden_state[0, needed], self._head
+        return self._network(**inputs, logits_to_keep=needed).logits[0], None
+
+    def backward_prefix(self) -> None:
+        """Carry the gradients the rows left on the detached prefix keys and values through the prefix's pass."""
+        pairs = [
+            (state, leaf.grad)
+            for states, leaves in zip(self._prefix_states, self._attended, strict=True)
+            for state, leaf in zip(states, leaves, strict=True)
+            if leaf is not state and leaf.grad is not None
+        ]
+        if pairs:
+            torch.autograd.backward([state for state, _ in pairs], [grad for _, grad in pairs])
 
 
 def _cache_from(states: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:

@@ -17,6 +17,7 @@ accumulated gradient does not depend on how the batch was split.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from agentgym.records import EpisodeRecord
 from agentgym.rollout import make_policy, read_records, run_episode
 from agentgym.seeding import stream_rng
 from agentgym.trainers.config import SFTSection
-from agentgym.trainers.modeling import TensorBatch, TrainerError, clip_and_step, token_logprobs
+from agentgym.trainers.modeling import TensorBatch, TrainerError, backward_by_row, clip_and_step
 
 __all__ = ["assistant_text", "demonstration_records", "demonstration_trajectories", "masked_nll", "record_to_trajectory", "sft_batch_indices", "sft_update"]
 
@@ -163,6 +164,11 @@ def masked_nll(logprobs: torch.Tensor, loss_mask: torch.Tensor, normalizer: floa
     return -(logprobs * loss_mask).sum() / normalizer
 
 
+def _row_nll(loss_mask: torch.Tensor, normalizer: float, r: int, logprobs: torch.Tensor) -> torch.Tensor:
+    """Row ``r``'s term of :func:`masked_nll`, from its ``[1, L]`` logprobs."""
+    return masked_nll(logprobs, loss_mask[r : r + 1], normalizer)
+
+
 def sft_update(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -186,9 +192,8 @@ def sft_update(
     total = 0.0
     for start in range(0, len(batch), sft.micro_batch_size):
         micro = batch.rows(slice(start, start + sft.micro_batch_size))
-        logprobs, _ = token_logprobs(model, micro, share_prefix=share_prefix)
-        loss = masked_nll(logprobs, micro.loss_mask, normalizer)
-        loss.backward()
-        total += loss.item()
+        # The loss is a sum over rows: each row's term is back-propagated right after its forward pass.
+        logprobs, _ = backward_by_row(model, micro, partial(_row_nll, micro.loss_mask, normalizer), share_prefix=share_prefix)
+        total += masked_nll(logprobs, micro.loss_mask, normalizer).item()
     stats = clip_and_step(model, optimizer, scheduler, sft.optim.max_grad_norm)
     return {"sft/loss": total, "sft/loss_tokens": float(normalizer), "optim/grad_norm": stats["grad_norm"], "optim/lr": stats["lr"]}

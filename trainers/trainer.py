@@ -34,6 +34,7 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
@@ -47,7 +48,7 @@ from agentgym.progress import ProgressReport
 from agentgym.records import EpisodeRecord
 from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.seeding import derive_seed, stream_rng
-from agentgym.trainers.checkpoint import latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
+from agentgym.trainers.checkpoint import folder_bytes, latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
 from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
 from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, intact_groups, loss_normalizer, masked_grpo_loss
@@ -57,6 +58,7 @@ from agentgym.trainers.modeling import (
     TrainerError,
     add_lora,
     autocast,
+    backward_by_row,
     clip_and_step,
     is_lora,
     load_policy,
@@ -113,12 +115,14 @@ class TrainResult:
         evaluations: evaluation summaries by label.
         report: the markdown report (also in ``report.md``).
         state: the final run state.
+        folder_bytes: the size of the run folder at the end.
     """
 
     output_dir: Path
     evaluations: dict[str, dict[str, float]]
     report: str
     state: RunState
+    folder_bytes: int
 
 
 def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: bool = False, console: Console | None = None) -> TrainResult:
@@ -182,10 +186,11 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
             display.message(f"eval ({label}): success {summary['episode/success_rate']:.3f}, reward {summary['reward/mean']:.3f}")
             return summary
 
-        def checkpoint_now(optimizer: Any = None, scheduler: Any = None) -> None:
+        def checkpoint_now(optimizer: Any = None, scheduler: Any = None, *, weights: bool = True) -> None:
             state.monitor = monitor.state_dict()
+            model = policy if weights else None
             save_checkpoint(
-                run_dir, _global_step(config, state), model=policy, optimizer=optimizer, scheduler=scheduler, state=asdict(state), keep=config.checkpoint.keep
+                run_dir, _global_step(config, state), model=model, optimizer=optimizer, scheduler=scheduler, state=asdict(state), keep=config.checkpoint.keep
             )
 
         def due(step: int, every: int) -> bool:
@@ -215,7 +220,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
             if config.eval.enabled:
                 evaluate("sft")
             state.phase, state.step = "grpo", 0
-            checkpoint_now()
+            checkpoint_now(weights=False)  # they are sft_model/'s, which a resumed GRPO phase loads
 
         # ---- 3. GRPO
         if state.phase == "grpo" and config.grpo.steps > 0:
@@ -271,6 +276,11 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
         state.phase = "done"
     logger.close()
     _export(policy, tokenizer, run_dir / "model")
+    if not config.checkpoint.keep_when_done:
+        # Done: the run is never resumed, so its resume state goes (weights and optimiser moments
+        # are ~4x the model; sft_model/ another 1x); model/ is the result.
+        for resume_state in ("checkpoints", "sft_model"):
+            shutil.rmtree(run_dir / resume_state, ignore_errors=True)
     plots, note = plot_metrics(run_dir / "metrics.jsonl", run_dir / "plots") if config.logging.plots else ([], None)
     if note:
         notes.append(note)
@@ -289,7 +299,9 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
         trained_on=trained_on,
         grpo_steps=grpo_steps,
     )
-    return TrainResult(output_dir=run_dir, evaluations=dict(state.evaluations), report=report, state=state)
+    size, model_size = folder_bytes(run_dir), folder_bytes(run_dir / "model")
+    console.print(f"run folder {run_dir}: {size / 2**20:.0f} MiB (model/ {model_size / 2**20:.0f} MiB)")
+    return TrainResult(output_dir=run_dir, evaluations=dict(state.evaluations), report=report, state=state, folder_bytes=size)
 
 
 # --------------------------------------------------------------------------------- the update
@@ -380,7 +392,6 @@ def grpo_update(
             sums[key] = sums.get(key, 0.0) + value * weight
             weights[key] = weights.get(key, 0.0) + weight
 
-    agg_kwargs = {"max_len": max_len} if g.loss_agg == "seq-mean-token-sum-norm" else {}
     for epoch in plan:
         for rows in epoch:
             normalizer = max(loss_normalizer(batch.loss_mask[rows], g.loss_agg), 1)
@@ -389,23 +400,20 @@ def grpo_update(
                 index = rows[start : start + micro]
                 sub = batch.rows(index)
                 width = sub.input_ids.shape[1]
-                logprobs, entropy = token_logprobs(policy, sub, **forward, with_entropy=True)
-                old = logprobs.detach() if old_logprobs is None else old_logprobs[index, :width]
-                ref = None if ref_logprobs is None else ref_logprobs[index, :width]
-                loss, m = masked_grpo_loss(
-                    logprobs,
-                    old,
-                    ref,
-                    advantages[index],
-                    sub.loss_mask,
-                    clip_eps=g.clip_eps,
-                    clip_eps_high=g.clip_eps_high,
-                    kl_coef=g.kl_coef,
-                    loss_agg=g.loss_agg,
+                loss_of = partial(
+                    _grpo_loss,
+                    old=None if old_logprobs is None else old_logprobs[index, :width],
+                    ref=None if ref_logprobs is None else ref_logprobs[index, :width],
+                    advantages=advantages[index],
+                    loss_mask=sub.loss_mask,
+                    g=g,
                     normalizer=normalizer,
-                    **agg_kwargs,
+                    max_len=max_len,
                 )
-                loss.backward()
+                # The loss is a sum over rows: each row's term is back-propagated right after its forward pass.
+                logprobs, entropy = backward_by_row(policy, sub, partial(_row_loss, loss_of), **forward, with_entropy=True)
+                with torch.no_grad():
+                    _, m = loss_of(logprobs, slice(None))
                 step_loss += m["loss"]
                 step_pg += m["pg_loss"]
                 tokens = m["num_tokens"]
@@ -421,6 +429,39 @@ def grpo_update(
     metrics["optim/updates"] = float(sum(len(epoch) for epoch in plan))
     metrics.update({k: sums[k] / weights[k] for k in sums})
     return metrics
+
+
+def _grpo_loss(
+    logprobs: torch.Tensor,
+    rows: slice,
+    *,
+    old: torch.Tensor | None,
+    ref: torch.Tensor | None,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    g: GRPOSection,
+    normalizer: int,
+    max_len: int,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The GRPO loss of ``rows`` of a micro-batch and its metrics; ``old=None``: the logprobs themselves, detached."""
+    return masked_grpo_loss(
+        logprobs,
+        logprobs.detach() if old is None else old[rows],
+        None if ref is None else ref[rows],
+        advantages[rows],
+        loss_mask[rows],
+        clip_eps=g.clip_eps,
+        clip_eps_high=g.clip_eps_high,
+        kl_coef=g.kl_coef,
+        loss_agg=g.loss_agg,
+        normalizer=normalizer,
+        **({"max_len": max_len} if g.loss_agg == "seq-mean-token-sum-norm" else {}),
+    )
+
+
+def _row_loss(loss_of: Any, r: int, logprobs: torch.Tensor) -> torch.Tensor:
+    """Row ``r``'s term of a micro-batch loss, from its ``[1, L]`` logprobs."""
+    return loss_of(logprobs, slice(r, r + 1))[0]
 
 
 def _minibatches(num_rows: int, group_size: int, g: GRPOSection, seed: int) -> list[list[torch.Tensor]]:
@@ -637,7 +678,8 @@ def _checkpoint_to_resume(run_dir: Path, config: TrainConfig, *, resume: bool | 
     if resume:
         checkpoint = latest_checkpoint(run_dir) if resume is True else Path(resume)
         if checkpoint is None or not (checkpoint / "state.json").is_file():
-            raise TrainerError(f"no checkpoint to resume from in {run_dir if resume is True else resume}")
+            finished = " (a finished run keeps its checkpoints only with checkpoint.keep_when_done)" if (run_dir / "model").is_dir() else ""
+            raise TrainerError(f"no checkpoint to resume from in {run_dir if resume is True else resume}{finished}")
         saved_file = run_dir / "config.yaml"
         if saved_file.is_file():
             saved, now = _flat(config_to_dict(load_config(saved_file))), _flat(config_to_dict(config))

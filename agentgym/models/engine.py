@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import time
 from collections import deque
 from collections.abc import Hashable, Iterator, Sequence
@@ -42,10 +43,13 @@ from agentgym.models.backend import Generation, SamplingParams, decode_visible, 
 from agentgym.models.kv_cache import KVRows
 from agentgym.models.prefix_attention import SharedPrefix, shared_prefix, supports_shared_prefix
 
-__all__ = ["EngineStats", "KVEngine", "cache_keyword", "finish_reason", "sample_next"]
+__all__ = ["DEFAULT_CAPACITY_GROWTH", "EngineStats", "KVEngine", "cache_keyword", "finish_reason", "sample_next"]
 
 # Buffer capacities are rounded up to a multiple of this many tokens.
 _CAPACITY_GRANULARITY = 256
+DEFAULT_CAPACITY_GROWTH = 1.25
+"""When the key/value buffers must grow, they grow at least by this factor: a quarter more than
+before, not double (bench_memory.py: doubling left a GRPO step's buffers ~40 % unused)."""
 # Prompt tokens (padding included) one batched prefill pass may carry.
 _PREFILL_BATCH_TOKENS = 4096
 # Decode passes with at most this many rows compute their linear layers as weight @ x.T.
@@ -111,6 +115,8 @@ class EngineStats:
         prefill_s: seconds in prefill forward passes.
         decode_s: seconds in decode forward passes and sampling.
         decode_steps: decode forward passes.
+        decode_read_bytes: the bytes those passes had to read at the least: the weights once per
+            pass and every running row's cached keys and values (the decode roofline's numerator).
         peak_cache_bytes: largest size the key/value buffers reached.
     """
 
@@ -121,6 +127,7 @@ class EngineStats:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     decode_steps: int = 0
+    decode_read_bytes: int = 0
     peak_cache_bytes: int = 0
 
 
@@ -182,6 +189,8 @@ class KVEngine:
             it, unless nothing else is running.
         prefill_chunk: prompt tokens per prefill forward pass at most (bounds activation memory).
         pad_token_id: token fed to rows that sit out a decode pass.
+        capacity_growth: when the buffers must grow, their capacity becomes at least this many
+            times the current one (2.0 was the rule before; see :data:`DEFAULT_CAPACITY_GROWTH`).
     """
 
     def __init__(
@@ -193,6 +202,7 @@ class KVEngine:
         max_cache_bytes: int,
         prefill_chunk: int = 2048,
         pad_token_id: int = 0,
+        capacity_growth: float = DEFAULT_CAPACITY_GROWTH,
     ) -> None:
         config = model.config
         text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -205,8 +215,12 @@ class KVEngine:
         self.max_cache_bytes = max_cache_bytes
         self.prefill_chunk = prefill_chunk
         self.pad_token_id = pad_token_id
+        if not capacity_growth >= 1:
+            raise ValueError(f"capacity_growth must be >= 1, got {capacity_growth}")
+        self.capacity_growth = capacity_growth
         self.rows = KVRows(text_config.num_hidden_layers, kv_heads, head_dim, dtype=parameter.dtype, device=parameter.device)
         self.stats = EngineStats()
+        self._weight_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
         self._cache_keyword = cache_keyword(model)
         self._context: int | None = getattr(text_config, "max_position_embeddings", None)
         eos = getattr(model.generation_config, "eos_token_id", None) if hasattr(model, "generation_config") else None
@@ -280,13 +294,18 @@ class KVEngine:
         return sorted(idle, key=lambda r: (bool(self._tokens[r]), self._used[r], r))
 
     def _grow(self, rows: int, capacity: int) -> None:
-        """Make room for ``rows`` rows of ``capacity`` tokens; capacity grows geometrically when the budget allows."""
+        """Make room for ``rows`` rows of ``capacity`` tokens.
+
+        Capacity grows to what the batch needs, or to ``capacity_growth`` times the current
+        capacity when that is more and the budget allows (so a conversation growing by a turn at a
+        time does not reallocate every turn).
+        """
         if capacity > self.rows.capacity:
             step = _CAPACITY_GRANULARITY
-            doubled = -(-max(capacity, 2 * self.rows.capacity) // step) * step
+            grown = -(-max(capacity, math.ceil(self.capacity_growth * self.rows.capacity)) // step) * step
             if self._context is not None:
-                doubled = min(doubled, self._context + 1)
-            capacity = doubled if self._fits(rows, doubled) else -(-capacity // step) * step
+                grown = min(grown, self._context + 1)
+            capacity = grown if self._fits(rows, grown) else -(-capacity // step) * step
         self.rows.reserve(rows, capacity)
         grown = self.rows.num_rows - len(self._tokens)
         self._tokens.extend([] for _ in range(grown))
@@ -503,6 +522,7 @@ class KVEngine:
                 finished.append(q)
                 self._release(q)
         self.stats.decode_steps += 1
+        self.stats.decode_read_bytes += self._weight_bytes + sum(self.rows.lengths[q.row] for q in live) * self.rows.bytes_per_token
         self.stats.decode_s += time.perf_counter() - started
         return finished
 

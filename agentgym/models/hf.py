@@ -43,8 +43,9 @@ class HFBackend:
         max_batch_size: requests decoded together at most; more wait for a free row.
         reuse_cache: keep keys and values across calls and batch continuously (the default); False
             prefills every prompt from scratch in left-padded batches.
-        max_cache_gib: soft budget for cached keys and values (default: a quarter of the machine's
-            memory, or of the GPU's).
+        max_cache_gib: soft ceiling for cached keys and values (default: a quarter of the machine's
+            memory, or of the GPU's); below it the buffers take what the batch needs (see
+            :class:`~agentgym.models.engine.KVEngine`).
     """
 
     def __init__(

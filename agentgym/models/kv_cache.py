@@ -68,17 +68,17 @@ class KVRows:
     def _allocate(self, rows: int, capacity: int) -> None:
         shape = (rows, self.kv_heads, capacity + 1, self.head_dim)
         keep_rows, keep_len = min(rows, self.num_rows), min(capacity, self.capacity)
-        keys, values = [], []
-        for layer in range(self.num_layers):
-            k = torch.zeros(shape, dtype=self.dtype, device=self.device)
-            v = torch.zeros(shape, dtype=self.dtype, device=self.device)
-            if self.keys and keep_rows and keep_len:
-                k[:keep_rows, :, :keep_len] = self.keys[layer][:keep_rows, :, :keep_len]
-                v[:keep_rows, :, :keep_len] = self.values[layer][:keep_rows, :, :keep_len]
-            keys.append(k)
-            values.append(v)
-        # Drop the old buffers before the caller allocates anything else.
-        self.keys, self.values = keys, values
+        if not self.keys:
+            self.keys, self.values = [torch.empty(0)] * self.num_layers, [torch.empty(0)] * self.num_layers
+        # One layer at a time, each old buffer dropped as soon as it is copied: growing holds the
+        # new buffers and one old layer's, not two whole sets.
+        for buffers in (self.keys, self.values):
+            for layer, old in enumerate(buffers):
+                new = torch.zeros(shape, dtype=self.dtype, device=self.device)
+                if keep_rows and keep_len:
+                    new[:keep_rows, :, :keep_len] = old[:keep_rows, :, :keep_len]
+                buffers[layer] = new
+                del old
         self.lengths = (self.lengths + [0] * rows)[:rows]
         self.capacity = capacity
 

@@ -151,6 +151,30 @@ def test_a_tiny_cache_budget_still_finishes_every_request(smollm, tokenizer, pla
     tight.advance()
 
 
+def test_buffers_sized_to_need_decode_the_same_greedy_tokens_as_doubling(smollm, tokenizer, monkeypatch) -> None:
+    """Growing the key/value buffers by a quarter (now) instead of doubling (before) leaves the tokens alone."""
+    from agentgym.models import HFBackend, engine
+
+    monkeypatch.setattr(engine, "_CAPACITY_GRANULARITY", 16)  # short prompts then outgrow the buffers
+    story = _chat(tokenizer, "Tell me a story about a cat who sails around the world.")
+    params = SamplingParams(temperature=0, max_new_tokens=24)
+    turn = tokenizer("<|im_end|>\n<|im_start|>user\nAnd then what happened to the cat?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)[
+        "input_ids"
+    ]
+    outputs, capacities = [], []
+    for growth in (2.0, 1.25):
+        backend = HFBackend(*smollm)
+        backend.engine.capacity_growth = growth
+        first = backend.generate([story, story[:-3]], params)
+        # The next turn outgrows the first buffers, which reallocate and keep the cached rows.
+        second = backend.generate([story + list(first[0].token_ids) + turn, story[:-3] + list(first[1].token_ids) + turn], params)
+        outputs.append([g.token_ids for g in (*first, *second)])
+        capacities.append(backend.engine.rows.capacity)
+        assert backend.engine.stats.reused_tokens > 0
+    assert capacities[1] < capacities[0]  # the two rules did size the buffers differently
+    assert outputs[0] == outputs[1]
+
+
 def test_kv_rows_grow_and_copy_prefixes() -> None:
     rows = KVRows(2, 1, 4, dtype=torch.float32, device=torch.device("cpu"))
     rows.reserve(2, 8)

@@ -412,3 +412,33 @@ def test_arm_statistics_leave_infra_errors_out_and_count_them() -> None:
     # A pair with an infra error on either side says nothing about the difference between the arms.
     delta = _paired_delta([*scored[:3], broken], scored)
     assert (delta["wins"], delta["losses"]) == (0, 0) and delta["mean"] == 0.0
+
+
+def test_a_phase_starts_only_beside_phases_it_fits_with_in_memory() -> None:
+    from agentgym.trainers.memory import MemoryBudget
+
+    gib = 2**30
+    sft0, sft1 = _Phase("sft", 0, "train"), _Phase("sft", 1, "train")
+    base = _Phase("base", None, "eval")
+    budget = MemoryBudget(available=10 * gib, training=4 * gib, evaluation=7 * gib)
+    assert _startable([base, sft0, sft1], 3, budget=budget) == [sft0, sft1]  # 4 + 4 fit; + 7 would not
+    assert _startable([base], 1, running=["train"], budget=budget) == []  # waits for the training to finish
+    assert _startable([base, sft0], 2, running=["eval"], budget=budget) == []
+    assert _startable([base], 2, budget=budget) == [base]  # alone, a phase always runs
+    assert _startable([base, sft0, sft1], 3) == [sft0, sft1, base]  # no budget: slots alone decide
+
+
+def test_the_memory_estimates_start_from_the_model_folder(tiny_model_dir) -> None:
+    import json
+
+    from agentgym.trainers.memory import EVALUATION_OVERHEAD, TRAINING_OVERHEAD, model_footprint
+
+    config = json.loads((tiny_model_dir / "config.json").read_text())
+    footprint = model_footprint(tiny_model_dir)
+    assert footprint is not None and model_footprint(tiny_model_dir / "missing") is None
+    assert footprint.weight_bytes == (tiny_model_dir / "model.safetensors").stat().st_size  # float32 weights
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    per_token = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 4
+    assert footprint.kv_bytes_per_token == per_token
+    assert footprint.training_peak(16, 100) == 4 * footprint.weight_bytes + 1600 * per_token + TRAINING_OVERHEAD
+    assert footprint.evaluation_peak(64, 100) == footprint.weight_bytes + 6400 * per_token + EVALUATION_OVERHEAD

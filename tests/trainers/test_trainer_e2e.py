@@ -45,6 +45,7 @@ def test_one_sft_step_and_one_grpo_step_with_the_default_model(tmp_path) -> None
             "grpo.steps": 1,
             "optim.lr": 1e-6,
             "eval.num_tasks": 1,
+            "checkpoint.keep_when_done": True,  # sft_model/ is read below
             **QUIET,
         }
     )
@@ -84,6 +85,7 @@ def test_lora_trains_adapters_only_and_exports_a_merged_model(tiny_model_dir, tm
             "lora.r": 4,
             "lora.alpha": 8,
             "eval.num_tasks": 1,
+            "checkpoint.keep_when_done": True,  # the checkpoint and sft_model/ are read below
             **QUIET,
         }
     )
@@ -227,6 +229,7 @@ def test_filtered_updates_keep_their_place_in_the_learning_rate_schedule(tiny_mo
             "grpo.filter_degenerate": True,
             "optim.schedule": "linear",
             "eval.num_tasks": 1,
+            "checkpoint.keep_when_done": True,  # the checkpoint is read below
             **QUIET,
         }
     )
@@ -235,3 +238,33 @@ def test_filtered_updates_keep_their_place_in_the_learning_rate_schedule(tiny_mo
     assert [r["optim/updates"] for r in rows] == [0.0, 0.0] and all(r["groups/degenerate"] == 2 for r in rows)
     saved = torch.load(latest_checkpoint(tmp_path / "run") / "optimizer.pt", weights_only=False)
     assert saved["scheduler"]["last_epoch"] == 2 * 2  # 2 steps x (4 trajectories / mini-batches of 2)
+
+
+def test_a_finished_run_keeps_one_model_and_reports_its_folder_size(tiny_model_dir, tmp_path, capsys) -> None:
+    """Disk sized to need: a finished SFT + GRPO run keeps model/ and its records, not its resume state."""
+    from rich.console import Console
+
+    from agentgym.trainers.checkpoint import folder_bytes
+
+    config = load_config(
+        overrides={
+            "env_id": TOY_ENV,
+            "model": str(tiny_model_dir),
+            "device": "cpu",
+            "output_dir": str(tmp_path / "run"),
+            "rollout.num_tasks": 2,
+            "rollout.group_size": 2,
+            "rollout.max_new_tokens": 4,
+            "sft.steps": 1,
+            "sft.batch_size": 2,
+            "grpo.steps": 1,
+            "eval.enabled": False,
+            "checkpoint.every": 1,
+            **QUIET,
+        }
+    )
+    result = train(config, console=Console(file=None, stderr=False))
+    run = tmp_path / "run"
+    assert not (run / "checkpoints").exists() and not (run / "sft_model").exists()
+    assert result.folder_bytes == folder_bytes(run) <= 2 * folder_bytes(tiny_model_dir)
+    assert f"run folder {run}: " in capsys.readouterr().out

@@ -172,3 +172,78 @@ def test_bf16_autocast_sees_every_weight_update() -> None:
     assert not torch.equal(before, after)
     with autocast(torch.device("cpu"), "off"):
         assert layer(x).dtype == torch.float32
+
+
+def _loss_and_grads(model: LlamaForCausalLM, batch: TensorBatch) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """A GRPO loss over ``batch`` (advantages of both signs, a KL term), its value, entropies and gradient."""
+    from agentgym.trainers.grpo import masked_grpo_loss
+
+    model.zero_grad()
+    logprobs, entropy = token_logprobs(model, batch, temperature=0.7, with_entropy=True)
+    advantages = torch.linspace(-1, 1, len(batch))
+    loss, _ = masked_grpo_loss(logprobs, logprobs.detach() - 0.05, logprobs.detach() + 0.1, advantages, batch.loss_mask, kl_coef=0.1)
+    loss.backward()
+    return loss.detach(), entropy, [p.grad.clone() for p in model.parameters()]
+
+
+def test_logprobs_in_chunks_give_the_loss_and_gradient_of_one_piece(model, monkeypatch) -> None:
+    from agentgym.trainers import modeling
+
+    batch = grouped_batch()
+    monkeypatch.setattr(modeling, "LOGPROB_CHUNK_TOKENS", None)
+    whole = _loss_and_grads(model, batch)
+    monkeypatch.setattr(modeling, "LOGPROB_CHUNK_TOKENS", 3)  # 20 loss tokens: 7 chunks, the last one short
+    chunked = _loss_and_grads(model, batch)
+    torch.testing.assert_close(chunked[0], whole[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(chunked[1], whole[1], atol=1e-5, rtol=0)
+    for a, b in zip(chunked[2], whole[2], strict=True):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=0)
+
+
+def test_backward_keeps_no_logits_beyond_one_chunk(model, monkeypatch) -> None:
+    """Only one chunk's ``[tokens, vocab]`` logits may exist at once: none is saved for backward."""
+    from agentgym.trainers import modeling
+
+    monkeypatch.setattr(modeling, "LOGPROB_CHUNK_TOKENS", 3)
+    vocab = model.config.vocab_size
+    saved_rows = []
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        if tensor.dim() == 2 and tensor.shape[-1] == vocab:
+            saved_rows.append(tensor.shape[0])
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        logprobs, _ = token_logprobs(model, grouped_batch())
+    logprobs.sum().backward()
+    assert max(saved_rows, default=0) <= 3
+
+
+@pytest.mark.parametrize("by_row", [True, False], ids=["row-by-row", "whole-batch"])
+def test_backward_by_row_gives_the_gradient_of_the_whole_batch(model, monkeypatch, by_row) -> None:
+    """Row by row, through a shared prefix, equals one backward pass over the micro-batch's loss."""
+    from agentgym.trainers import modeling
+    from agentgym.trainers.grpo import masked_grpo_loss
+    from agentgym.trainers.modeling import backward_by_row
+
+    monkeypatch.setattr(modeling, "BACKWARD_BY_ROW", by_row)
+
+    batch = grouped_batch()
+    assert shared_prefix_length(batch) >= MIN_SHARED_PREFIX  # the prefix's gradient path is exercised
+    advantages = torch.linspace(-1, 1, len(batch))
+
+    def loss(logprobs: torch.Tensor, rows: slice) -> torch.Tensor:
+        ref = logprobs.detach() + 0.1
+        return masked_grpo_loss(logprobs, logprobs.detach() - 0.05, ref, advantages[rows], batch.loss_mask[rows], kl_coef=0.1, normalizer=len(batch))[0]
+
+    model.zero_grad()
+    whole, whole_entropy = token_logprobs(model, batch, temperature=0.7, with_entropy=True)
+    loss(whole, slice(None)).backward()
+    expected = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    by_row, by_row_entropy = backward_by_row(model, batch, lambda r, row: loss(row, slice(r, r + 1)), temperature=0.7, with_entropy=True)
+    assert not by_row.requires_grad
+    torch.testing.assert_close(by_row, whole.detach(), atol=1e-5, rtol=0)
+    torch.testing.assert_close(by_row_entropy, whole_entropy, atol=1e-5, rtol=0)
+    for got, want in zip((p.grad for p in model.parameters()), expected, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

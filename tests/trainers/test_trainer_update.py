@@ -140,3 +140,20 @@ def test_a_group_with_an_infra_error_is_left_out_of_the_update(policy, episodes)
     nothing, unchanged = run_update(policy, every, grpo)
     assert nothing["optim/updates"] == 0 and nothing["groups/infra_dropped"] == 2
     assert all(bool((d == 0).all()) for d in unchanged)
+
+
+def test_each_row_is_back_propagated_before_the_next_one_runs(policy, episodes) -> None:
+    """One row's activations at a time: the update's forward and backward passes alternate row by row."""
+    model = copy.deepcopy(policy[0])
+    events: list[str] = []
+    norm = model.get_decoder().norm  # every pass of the decoder, forward and backward, goes through it
+    norm.register_forward_hook(lambda *_: events.append("forward"))
+    norm.register_full_backward_hook(lambda *_: events.append("backward"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    grpo = GRPOSection(micro_batch_size=2 * GROUP, kl_coef=0.0, share_prefix=False)
+    grpo_update(
+        model, None, optimizer, scheduler, episodes, grpo, group_size=GROUP, temperature=1.0, pad_token_id=0, max_len=16, max_grad_norm=None, shuffle_seed=7
+    )
+    rows = events.count("forward")
+    assert rows > 1 and events == ["forward", "backward"] * rows

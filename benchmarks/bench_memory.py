@@ -1,0 +1,370 @@
+"""Peak resident memory of the learning experiment's phase processes, the path before against now.
+
+The experiment (``agentgym experiment trainers/configs/experiments/learning_cpu.yaml``) runs its
+phases two at a time, each in its own one-thread worker process. This benchmark runs, in separate
+spawned processes (so each peak is that process's own), a short version of each kind of phase with
+the experiment's configuration:
+
+* ``sft``: the SFT phase (its steps as configured, or ``--sft-steps``);
+* ``grpo``: ``--grpo-steps`` GRPO steps from that SFT model (rollouts, update, checkpoint, export);
+* ``eval``: the evaluation of that SFT model on one evaluation split (``--eval-split``; the batch
+  has as many rows as the whole evaluation's largest split).
+
+Each runs on the path before (``old``: every row of a micro-batch forward, then one backward pass
+over the micro-batch, log-probabilities of a pass in one ``[tokens, vocab]`` tensor, key/value
+buffers that double when they grow) and on today's (``new``), one process each, alternating. For
+each it prints the peak resident memory, the seconds, where the memory goes (weights, gradients,
+optimiser state, the key/value buffers' peak, the largest logits tensor, and the rest:
+activations, the allocator, Python), the peak of each stage of the phase, and the run folder's
+size; then the new/old ratios and how many trajectories both paths sampled identically.
+
+    python benchmarks/bench_memory.py                                   # all three phases, both paths
+    python benchmarks/bench_memory.py --phases grpo --sft-model PATH    # GRPO from a given model
+    python benchmarks/bench_memory.py --autocast off                    # float32 products (faster on CPUs without bf16 units)
+
+An SFT step of the experiment takes several CPU minutes with its bf16 autocast on a CPU without
+bf16 units (float32 is ~5x faster there); ``--sft-steps``, ``--grpo-steps`` and ``--autocast``
+trade fidelity for time. GRPO from a model that fails every task has nothing to update; add
+``--keep-degenerate-groups`` to run the update anyway (same shapes, zero advantages).
+
+The whole main job's summed peak (every concurrent phase process together) is measured by running
+it under ``benchmarks/bench_memory.py --watch agentgym experiment trainers/configs/experiments/learning_cpu.yaml``: it samples the resident
+memory of the command and all its descendants every 0.2 s and prints the largest sum (and the
+largest single process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+PHASES = ("sft", "grpo", "eval")
+PATHS = ("old", "new")
+EXPERIMENT = Path(__file__).resolve().parents[1] / "trainers" / "configs" / "experiments" / "learning_cpu.yaml"
+MIB = 2**20
+
+
+@dataclass
+class Measurement:
+    """One phase on one path, measured in its own process."""
+
+    phase: str
+    path: str
+    seconds: float = 0.0
+    peak_rss: int = 0
+    weights: int = 0
+    grads: int = 0
+    optimizer: int = 0
+    kv_peak: int = 0
+    logprob_peak: int = 0
+    run_folder: int = 0
+    stages: dict[str, int] = field(default_factory=dict)  # stage -> peak resident bytes within it
+    tokens: list[list[int]] = field(default_factory=list)
+
+
+class _RssSampler:
+    """Samples this process's resident memory every few milliseconds, attributed to the current stage."""
+
+    def __init__(self) -> None:
+        self.stage = "start"
+        self.peaks: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._page = os.sysconf("SC_PAGE_SIZE")
+
+    def _run(self) -> None:
+        with open("/proc/self/statm", "rb") as statm:
+            while not self._stop.is_set():
+                statm.seek(0)
+                rss = int(statm.read().split()[1]) * self._page
+                self.peaks[self.stage] = max(self.peaks.get(self.stage, 0), rss)
+                time.sleep(0.002)
+
+    def __enter__(self) -> _RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @contextlib.contextmanager
+    def during(self, stage: str) -> Iterator[None]:
+        outer, self.stage = self.stage, stage
+        try:
+            yield
+        finally:
+            self.stage = outer
+
+
+def _staged(sampler: _RssSampler, stage: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with sampler.during(stage):
+            return fn(*args, **kwargs)
+
+    return wrapper
+
+
+def _nbytes(tensors: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _use_path(path: str) -> None:
+    """Switch this process to the path before (``old``) or leave today's defaults (``new``)."""
+    if path == "new":
+        return
+    from agentgym.models import hf
+    from agentgym.trainers import modeling
+
+    class DoublingBackend(hf.HFBackend):
+        """Key/value buffers that double when they grow, as before."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.engine.capacity_growth = 2.0
+
+    hf.HFBackend = DoublingBackend  # type: ignore[misc]
+    modeling.BACKWARD_BY_ROW = False
+    modeling.LOGPROB_CHUNK_TOKENS = None
+
+
+def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) -> None:
+    """Child process: run one phase on one path and report a :class:`Measurement`."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    _use_path(path)
+    from agentgym.models import hf
+    from agentgym.trainers import experiment, modeling, trainer
+
+    result = Measurement(phase, path)
+    backends: list[Any] = []
+    base_backend = hf.HFBackend
+
+    class CountingBackend(base_backend):  # type: ignore[misc,valid-type]
+        def __init__(self, *a: Any, **k: Any) -> None:
+            super().__init__(*a, **k)
+            backends.append(self.engine.stats)
+            result.weights = _nbytes(self.model.parameters())
+
+    hf.HFBackend = CountingBackend  # type: ignore[misc]
+
+    logprob_peak = [0]
+    original_chunk = modeling._chunk_logprobs
+
+    def chunk_logprobs(states: Any, *a: Any, **k: Any) -> Any:
+        # One chunk's float32 [tokens, vocab] logits: the largest tensors of an update.
+        out = original_chunk(states, *a, **k)
+        logprob_peak[0] = max(logprob_peak[0], states.shape[0] * vocab[0] * 4)
+        return out
+
+    vocab = [0]
+    original_load = modeling.load_policy
+
+    def load_policy(*a: Any, **k: Any) -> Any:
+        policy, tokenizer = original_load(*a, **k)
+        vocab[0] = policy.get_output_embeddings().weight.shape[0]
+        return policy, tokenizer
+
+    modeling._chunk_logprobs = chunk_logprobs
+    trainer.load_policy = load_policy
+
+    (work / "experiment").mkdir(parents=True)
+    config = experiment.load_experiment(EXPERIMENT, output_dir=str(work / "experiment"))
+    if args.autocast is not None:
+        config.training["autocast"] = args.autocast
+    tasks = experiment._tasks(config, work / "experiment")
+    with _RssSampler() as sampler:
+        trainer.run_rollouts = _staged(sampler, "rollouts", trainer.run_rollouts)
+        trainer.grpo_update = _staged(sampler, "grpo update", trainer.grpo_update)
+        trainer.sft_update = _staged(sampler, "sft update", trainer.sft_update)
+        trainer.save_checkpoint = _staged(sampler, "checkpoint", trainer.save_checkpoint)
+        trainer._export = _staged(sampler, "export", trainer._export)
+        trainer._load = _staged(sampler, "load", trainer._load)
+        original_step = trainer.clip_and_step
+
+        def step(model: Any, optimizer: Any, *a: Any, **k: Any) -> Any:
+            out = original_step(model, optimizer, *a, **k)
+            params = modeling.trainable_parameters(model)
+            result.weights = _nbytes(model.parameters())
+            result.grads = _nbytes(params)  # allocated for every trainable parameter at each backward
+            result.optimizer = max(
+                result.optimizer, _nbytes(v for s in optimizer.state.values() for v in s.values() if isinstance(v, torch.Tensor) and v.dim())
+            )
+            return out
+
+        trainer.clip_and_step = step
+        import agentgym.trainers.sft as sft_module
+
+        sft_module.clip_and_step = step
+        started = time.perf_counter()
+        if phase == "eval":
+            episodes: list[Any] = []
+            original_record = experiment._eval_record
+
+            def record(episode: Any, **k: Any) -> Any:
+                episodes.append(episode)
+                return original_record(episode, **k)
+
+            experiment._eval_record = record
+            eval_tasks = [t for t in tasks["eval"] if t.startswith(f"{args.eval_split}:")]
+            with sampler.during("evaluation"):
+                experiment._evaluate(config, args.sft_model, eval_tasks, work / "eval.jsonl", arm="sft", seed=0, log=lambda line: None)
+            result.tokens = [list(e.trajectory.token_ids) for e in episodes]
+        else:
+            run = work / "run"
+            grpo = {"steps": args.grpo_steps} | ({"filter_degenerate": False} if args.keep_degenerate_groups else {})
+            change = {"sft": {"steps": args.sft_steps}} if phase == "sft" else {"grpo": grpo}
+            train_config = experiment._train_config(
+                config, phase, 0, tasks["sft"], tasks["grpo"], run, model=None if phase == "sft" else args.sft_model, change=change
+            )
+            collected: list[Any] = []
+            original_rollouts = trainer.run_rollouts
+
+            def rollouts(*a: Any, **k: Any) -> Any:
+                out = original_rollouts(*a, **k)
+                collected.extend(out)
+                return out
+
+            trainer.run_rollouts = rollouts
+            experiment._train(train_config, run, lambda line: None)
+            result.tokens = [list(e.trajectory.token_ids) for e in collected]
+            result.run_folder = _folder_bytes(run)
+        result.seconds = time.perf_counter() - started
+    result.peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    result.kv_peak = max((s.peak_cache_bytes for s in backends), default=0)
+    result.logprob_peak = logprob_peak[0]
+    result.stages = dict(sampler.peaks)
+    (work / "measurement.json").write_text(json.dumps(asdict(result)), encoding="utf-8")
+
+
+def _run_child(args: argparse.Namespace, phase: str, path: str, work: Path) -> Measurement:
+    process = multiprocessing.get_context("spawn").Process(target=_measure_phase, args=(args, phase, path, work))
+    process.start()
+    process.join()
+    if process.exitcode != 0:
+        sys.exit(f"the {phase} phase on the {path} path failed (exit code {process.exitcode})")
+    return Measurement(**json.loads((work / "measurement.json").read_text(encoding="utf-8")))
+
+
+def _print(measurements: list[Measurement]) -> None:
+    print(f"{'phase':<6} {'path':<4} {'peak MiB':>9} {'s':>7} {'weights':>8} {'grads':>7} {'optim':>7} {'KV':>7} {'logp':>7} {'rest':>7} {'folder':>8}")
+    for m in measurements:
+        known = m.weights + m.grads + m.optimizer + m.kv_peak + m.logprob_peak
+        print(
+            f"{m.phase:<6} {m.path:<4} {m.peak_rss / MIB:>9.0f} {m.seconds:>7.1f} {m.weights / MIB:>8.0f} {m.grads / MIB:>7.0f} "
+            f"{m.optimizer / MIB:>7.0f} {m.kv_peak / MIB:>7.0f} {m.logprob_peak / MIB:>7.0f} {(m.peak_rss - known) / MIB:>7.0f} {m.run_folder / MIB:>8.0f}"
+        )
+    print("peak resident MiB by stage:")
+    for m in measurements:
+        stages = ", ".join(f"{stage} {peak / MIB:.0f}" for stage, peak in m.stages.items())
+        print(f"  {m.phase:<6} {m.path:<4} {stages}")
+    by_key = {(m.phase, m.path): m for m in measurements}
+    for phase in PHASES:
+        old, new = by_key.get((phase, "old")), by_key.get((phase, "new"))
+        if old is None or new is None:
+            continue
+        same = sum(a == b for a, b in zip(old.tokens, new.tokens, strict=False))
+        print(
+            f"{phase}: new/old peak memory {new.peak_rss / old.peak_rss:.2f}x, speed {old.seconds / new.seconds:.2f}x, "
+            f"run folder {new.run_folder / max(old.run_folder, 1):.2f}x; same tokens {same}/{max(len(old.tokens), len(new.tokens))}"
+        )
+
+
+def _tree_rss(root: int) -> list[int]:
+    """Resident bytes of process ``root`` and each of its descendants (Linux ``/proc``)."""
+    parents: dict[int, int] = {}
+    rss: dict[int, int] = {}
+    page = os.sysconf("SC_PAGE_SIZE")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            parents[int(entry.name)] = int(fields[1])
+            rss[int(entry.name)] = int(fields[21]) * page
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return [rss[pid] for pid in tree if pid in rss]
+
+
+def _watch(command: list[str]) -> None:
+    """Run ``command``; print the largest summed resident memory of it and its descendants."""
+    process = subprocess.Popen(command)
+    peak_sum = peak_one = 0
+    while process.poll() is None:
+        rss = _tree_rss(process.pid)
+        peak_sum, peak_one = max(peak_sum, sum(rss)), max(peak_one, max(rss, default=0))
+        time.sleep(0.2)
+    print(f"summed peak resident memory {peak_sum / MIB:.0f} MiB; largest single process {peak_one / MIB:.0f} MiB; exit code {process.returncode}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
+    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument("--sft-steps", type=int, default=6)
+    parser.add_argument("--grpo-steps", type=int, default=1)
+    parser.add_argument("--eval-split", default="test")
+    parser.add_argument(
+        "--keep-degenerate-groups",
+        action="store_true",
+        help="GRPO updates on groups without reward variance too (a model that fails every task still exercises the update)",
+    )
+    parser.add_argument("--sft-model", type=Path, help="start the grpo and eval phases from this model folder instead of training one first")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per phase (the experiment's: cores // jobs)")
+    parser.add_argument(
+        "--autocast",
+        choices=["auto", "bf16", "off"],
+        help="replace the experiment's training.autocast (bf16 matrix products are ~5x slower than float32 on CPUs without bf16 units)",
+    )
+    parser.add_argument("--json", metavar="FILE")
+    parser.add_argument("--watch", nargs=argparse.REMAINDER, help="run this command and report its summed peak (see the module docstring)")
+    args = parser.parse_args()
+    if args.watch:
+        _watch(args.watch)
+        return
+    measurements: list[Measurement] = []
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as scratch:
+        phases = list(args.phases)
+        if {"grpo", "eval"} & set(phases) and "sft" not in phases and args.sft_model is None:
+            phases.insert(0, "sft")  # the SFT model the other phases start from
+        for number, phase in enumerate(phases):
+            # Alternate which path goes first, so neither always meets a cold or a warm page cache.
+            paths = args.paths if phase in args.phases else ["new"]
+            for path in paths if number % 2 == 0 else list(reversed(paths)):
+                work = Path(scratch) / f"{phase}-{path}"
+                measurements.append(_run_child(args, phase, path, work))
+                if phase == "sft":
+                    args.sft_model = work / "run" / "model"
+    _print([m for m in measurements if m.phase in args.phases])
+    if args.json:
+        # A digest of the sampled tokens, so that runs of the two paths in separate invocations can be compared.
+        rows = [asdict(m) | {"tokens": len(m.tokens), "token_digest": hashlib.sha256(json.dumps(m.tokens).encode()).hexdigest()} for m in measurements]
+        Path(args.json).write_text(json.dumps(rows, indent=1), encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
