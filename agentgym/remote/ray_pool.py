@@ -10,8 +10,9 @@ environment takes the least loaded live actor when it is made; when every actor 
 waits (back-pressure) up to ``timeout_s``.
 
 When an actor or its node dies, every request of its sessions fails with
-:class:`~agentgym.remote.client.RemoteEnvError` (an episode in progress fails cleanly: the
-rollout runner records it as failed with the reason, and the rest of the batch goes on), the
+:class:`~agentgym.remote.client.SessionLost`, a ``RemoteEnvError`` and an ``InfraError`` (an
+episode in progress ends cleanly with ``stop_reason: "infra_error"``, which trainers and
+evaluations leave out, and the rest of the batch goes on), the
 pool starts a replacement, and the environment's next ``reset`` opens a fresh session on a live
 actor, so later episodes go on.
 
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from agentgym.records import ChatMessage
-from agentgym.remote.client import RemoteEnvError, SessionEnv
+from agentgym.remote.client import RemoteEnvError, SessionEnv, SessionLost
 from agentgym.remote.session import CLIENT_ENV_IDS, answer, environment_for, error_reply, hello
 
 if TYPE_CHECKING:
@@ -304,4 +305,5 @@ class RayEnv(SessionEnv):
                 self._actor = None
                 self.pool.release(actor)
             what = "did not answer in time" if isinstance(exc, GetTimeoutError) else "died"
-            raise RemoteEnvError(f"the environment's Ray actor {what} ({type(exc).__name__}); the pool replaced it") from None
+            # The machinery failed, not the model: the episode ends as an infra error (SessionLost).
+            raise SessionLost(f"the environment's Ray actor {what} ({type(exc).__name__}); the pool replaced it") from None
