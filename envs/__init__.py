@@ -30,8 +30,12 @@ ENVIRONMENTS: dict[str, tuple[str, str]] = {
 }
 
 
-# Clients of environments held elsewhere (``agentgym serve``, a Ray actor pool); not environments of their own.
-CLIENTS = {"agentgym/Remote-v0": "agentgym.remote.client:RemoteEnv", "agentgym/Ray-v0": "agentgym.remote.ray_pool:RayEnv"}
+# Clients of environments held elsewhere (``agentgym serve``, a Ray actor pool, an MCP server); not environments of their own.
+CLIENTS = {
+    "agentgym/Remote-v0": "agentgym.remote.client:RemoteEnv",
+    "agentgym/Ray-v0": "agentgym.remote.ray_pool:RayEnv",
+    "agentgym/MCP-v0": "agentgym.bridges.mcp_env:MCPEnv",
+}
 
 
 def make_env(env_id: str, /, **kwargs: Any) -> MadeEnv:
