@@ -27,14 +27,11 @@ era works.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import hmac
 import json
-import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -45,12 +42,12 @@ from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
+from agentgym.bridges.asgi import ASGIApp, require_token, serve
 from agentgym.env import agent_env
 from agentgym.envs import make_env
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
-    from starlette.types import Receive, Scope, Send
 
     from agentgym.env import MadeEnv
 
@@ -335,7 +332,7 @@ class EnvMCPServer:
         async with stdio_server() as (read_stream, write_stream):
             await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
 
-    def http_app(self, host: str = "127.0.0.1") -> Callable[[Scope, Receive, Send], Any]:
+    def http_app(self, host: str = "127.0.0.1") -> ASGIApp:
         """The streamable-HTTP ASGI app (path ``/mcp``), behind the token check when one is set."""
         # Over HTTP the 2026 protocol era is stateless (no session to hold an episode): discover
         # answers with the handshake-era versions, so clients fall back to a stateful session.
@@ -343,34 +340,18 @@ class EnvMCPServer:
         self.server.add_request_handler("server/discover", types.RequestParams, self._discover)
         inner = self.server.streamable_http_app(host=host, max_sessions=self.max_sessions, session_idle_timeout=self.idle_timeout_s)
 
-        async def app(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http":
-                headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-                if self.token is not None and not hmac.compare_digest(headers.get("authorization", "").encode(), f"Bearer {self.token}".encode()):
-                    await _unauthorized(send)
-                    return
-                await inner(scope, receive, send)
-                if scope["method"] == "DELETE" and "mcp-session-id" in headers:
-                    await self.end_session(headers["mcp-session-id"])
-                return
+        async def app(scope: dict[str, Any], receive: Callable[[], Awaitable[Any]], send: Callable[[Any], Awaitable[None]]) -> None:
             await inner(scope, receive, send)
+            if scope["type"] == "http" and scope["method"] == "DELETE":  # the client ended its session
+                ended = next((v for k, v in scope["headers"] if k.lower() == b"mcp-session-id"), None)
+                if ended is not None:
+                    await self.end_session(ended.decode("latin-1"))
 
-        return app
+        return require_token(app, self.token)
 
     async def run_http(self, host: str, port: int, on_ready: Callable[[str], None] | None = None) -> None:
-        """Serve streamable HTTP on ``host:port`` (0: a free port) until cancelled; ``on_ready`` gets the URL."""
-        import uvicorn
-
-        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        url = f"http://{host}:{sock.getsockname()[1]}/mcp"
-        sock.listen(128)  # clients that connect before uvicorn starts wait in the backlog
-        server = uvicorn.Server(uvicorn.Config(self.http_app(host), log_level="warning", lifespan="on"))
-        if on_ready is not None:
-            on_ready(url)
-        with contextlib.closing(sock):
-            await server.serve(sockets=[sock])
+        """Serve streamable HTTP on ``host:port`` (0: a free port) until SIGINT/SIGTERM; ``on_ready`` gets the URL."""
+        await serve(self.http_app(host), host, port, "/mcp", on_ready)
 
 
 def _session_key(ctx: ServerRequestContext[Any]) -> str | None:
@@ -383,14 +364,6 @@ def _session_key(ctx: ServerRequestContext[Any]) -> str | None:
 def _schema_problem(schema: dict[str, Any], arguments: dict[str, Any]) -> str | None:
     error = jsonschema.exceptions.best_match(jsonschema.Draft202012Validator(schema).iter_errors(arguments))
     return None if error is None else error.message
-
-
-async def _unauthorized(send: Send) -> None:
-    body = b'{"error": "unauthorized: send Authorization: Bearer <token>"}'
-    await send(
-        {"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]}
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 def _version() -> str:
