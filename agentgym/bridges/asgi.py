@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import hmac
 import socket
+import threading
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["ASGIApp", "require_token", "serve"]
+__all__ = ["ASGIApp", "require_token", "serve", "serve_in_thread"]
 
 ASGIApp = Callable[[dict[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
 
@@ -33,11 +34,15 @@ def require_token(app: ASGIApp, token: str | None) -> ASGIApp:
     return gated
 
 
-async def serve(app: ASGIApp, host: str, port: int, url_path: str = "", on_ready: Callable[[str], None] | None = None) -> None:
-    """Serve ``app`` on ``host:port`` (0: a free port) with uvicorn until it is told to stop (SIGINT/SIGTERM).
+async def serve(
+    app: ASGIApp, host: str, port: int, url_path: str = "", on_ready: Callable[[str], None] | None = None, stop: threading.Event | None = None
+) -> None:
+    """Serve ``app`` on ``host:port`` (0: a free port) with uvicorn until SIGINT/SIGTERM, or until
+    ``stop`` is set (a server run on a thread of a program that goes on).
 
     ``on_ready`` gets the base URL (plus ``url_path``) once the socket listens.
     """
+    import anyio
     import uvicorn
 
     sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -49,4 +54,38 @@ async def serve(app: ASGIApp, host: str, port: int, url_path: str = "", on_ready
         if on_ready is not None:
             shown = f"[{host}]" if ":" in host else host
             on_ready(f"http://{shown}:{sock.getsockname()[1]}{url_path}")
-        await server.serve(sockets=[sock])
+        async with anyio.create_task_group() as tasks:
+            if stop is not None:
+
+                async def watch() -> None:
+                    while not stop.is_set() and not server.should_exit:
+                        await anyio.sleep(0.05)
+                    server.should_exit = True
+
+                tasks.start_soon(watch)
+            await server.serve(sockets=[sock])
+            server.should_exit = True  # ends the watcher when uvicorn stopped on a signal
+
+
+def serve_in_thread(app: ASGIApp, host: str = "127.0.0.1", port: int = 0, url_path: str = "") -> tuple[str, Callable[[], None]]:
+    """Serve ``app`` on a background thread; returns its URL and a function that stops it (and waits)."""
+    import anyio
+
+    stop, ready = threading.Event(), threading.Event()
+    urls: list[str] = []
+
+    def on_ready(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
+    thread = threading.Thread(target=anyio.run, args=(serve, app, host, port, url_path, on_ready, stop), name="agentgym-http", daemon=True)
+    thread.start()
+    while not ready.wait(0.05):
+        if not thread.is_alive():
+            raise RuntimeError(f"the server on {host}:{port} did not start")
+
+    def shutdown() -> None:
+        stop.set()
+        thread.join()
+
+    return urls[0], shutdown
