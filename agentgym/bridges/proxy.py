@@ -112,8 +112,8 @@ class GenerationWorker:
                     future.set_exception(exc)
                 self._futures.clear()
                 continue
-            for key, generation in finished:
-                self._futures.pop(key).set_result(generation)
+            for done, generation in finished:
+                self._futures.pop(done).set_result(generation)
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from agentgym.models.backend import Generation
 from agentgym.models.chat import ChatRenderer
 from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.parsing import parse_action
-from agentgym.records import ChatMessage, ModelEpisodeRecord, StopReason, TurnRecord
+from agentgym.records import ChatMessage, ModelEpisodeRecord, StepInfo, StopReason, TurnRecord
 
 __all__ = ["Choice", "ConversationMismatch", "RecordedEpisode", "RecordedRequest", "normalize_message"]
 
@@ -74,7 +74,7 @@ def normalize_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _normalize_call(call: Mapping[str, Any]) -> tuple[str, Any]:
+def _normalize_call(call: Mapping[str, Any]) -> tuple[Any, Any]:
     function = call.get("function") or {}
     arguments = function.get("arguments")
     if isinstance(arguments, str):
@@ -202,7 +202,7 @@ class RecordedEpisode:
                 "reward": 0.0,
                 "terminated": False,
                 "truncated": False,
-                "info": {},
+                "info": cast(StepInfo, {}),  # the proxy never sees the environment's info
             }
         )
         self._pending = []
