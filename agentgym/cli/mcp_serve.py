@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
             return 0
 
         def ready(url: str) -> None:
-            print(f"agentgym: serving {args.env} over MCP at {url}{' (token required)' if token else ''}; Ctrl-C stops", flush=True)
+            print(f"agentgym: serving {args.env} over MCP at {url}{' (token required)' if token else ''} (Ctrl-C stops)", flush=True)
 
         # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again to the handlers
         # it found: these let the process close every session and exit 0, as agentgym serve does.

@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     proxy = ChatProxy(_backend(args), max_tokens=args.max_tokens, out=args.out)
 
     def ready(url: str) -> None:
-        print(f"agentgym: proxy for {proxy.model_name} at {url}/v1{' (token required)' if token else ''}; Ctrl-C stops", flush=True)
+        print(f"agentgym: proxy for {proxy.model_name} at {url}/v1{' (token required)' if token else ''} (Ctrl-C stops)", flush=True)
 
     # uvicorn stops gracefully on SIGINT/SIGTERM, then raises the signal again to these handlers.
     for signum in (signal.SIGINT, signal.SIGTERM):
