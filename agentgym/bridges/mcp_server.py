@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import jsonschema
@@ -43,6 +43,7 @@ from mcp.server.stdio import stdio_server
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 
 from agentgym.bridges.asgi import ASGIApp, require_token, serve
+from agentgym.bridges.stdio import pipe_stdio, stdin_is_pipe
 from agentgym.env import agent_env
 from agentgym.envs import make_env
 
@@ -277,6 +278,9 @@ class EnvMCPServer:
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
         )
+        # The SDK's default OpenTelemetry middleware opens a span per message even with no exporter
+        # installed, a sizeable share of a call's round trip; append it back to trace a server.
+        self.server.middleware = []
 
     # -- MCP handlers --------------------------------------------------------------------------
 
@@ -288,6 +292,8 @@ class EnvMCPServer:
         if self._http and key is None:
             return ToolAnswer(_STATELESS_REFUSAL, is_error=True).to_mcp()
         session = await self._session(key)
+        if not self._http:  # stdio: one client answered in order, and a thread hop costs more than most steps
+            return session.call(params.name, dict(params.arguments or {})).to_mcp()
         answer = await anyio.to_thread.run_sync(session.call, params.name, dict(params.arguments or {}))
         return answer.to_mcp()
 
@@ -329,7 +335,11 @@ class EnvMCPServer:
 
     async def run_stdio(self) -> None:
         """Serve one session over this process's stdin and stdout until the client closes them."""
-        async with stdio_server() as (read_stream, write_stream):
+        if not stdin_is_pipe():  # a file or a terminal: the SDK's own transport reads it
+            async with stdio_server() as (read_stream, write_stream):
+                await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
+            return
+        async with pipe_stdio() as (lines, writer), stdio_server(cast(Any, lines), cast(Any, writer)) as (read_stream, write_stream):
             await self.server.run(read_stream, write_stream, self.server.create_initialization_options())
 
     def http_app(self, host: str = "127.0.0.1") -> ASGIApp:
