@@ -85,6 +85,13 @@ def resolve_verifier(verifier: str | Verifier) -> Verifier:
     return found
 
 
+def root_cause(exc: BaseException) -> str:
+    """The innermost error of ``exc`` (the SDK's task groups wrap failures in exception groups), as one line."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}"
+
+
 # Tools are interned for the life of the process: ToolEnv caches each tool's schema validator by
 # id(), so a Tool that was freed and whose id came back would validate with another's schema.
 _TOOLS: dict[tuple[str, str, str], Tool] = {}
@@ -175,6 +182,9 @@ class MCPEnv(ToolEnv):
             self._portal = self._exit.enter_context(anyio.from_thread.start_blocking_portal())
             self._connect()
             listed = self._portal.call(self._call, lambda client: client.list_tools())
+        except Exception as exc:
+            self.close()
+            raise ValueError(f"cannot connect to the MCP server {server!r}: {root_cause(exc)}") from None
         except BaseException:
             self.close()
             raise
@@ -187,9 +197,9 @@ class MCPEnv(ToolEnv):
         if self._session is not None:
             self._session.__exit__(None, None, None)
             self._session = self._client = None
-        self._session = self._portal.wrap_async_context_manager(Client(self._transport(), read_timeout_seconds=self._timeout_s))
-        self._client = self._session.__enter__()
-        self._fresh = True
+        session = self._portal.wrap_async_context_manager(Client(self._transport(), read_timeout_seconds=self._timeout_s))
+        self._client = session.__enter__()
+        self._session, self._fresh = session, True  # only a session that opened is closed
 
     def _transport(self) -> Any:
         server = self._server
@@ -210,7 +220,10 @@ class MCPEnv(ToolEnv):
 
     def call_server(self, name: str, arguments: dict[str, Any]) -> str:
         """Call tool ``name`` on the server; its text, or :class:`ToolError` for an MCP error result."""
-        result: types.CallToolResult = self._portal.call(self._call, lambda client: client.call_tool(name, arguments))
+        try:
+            result: types.CallToolResult = self._portal.call(self._call, lambda client: client.call_tool(name, arguments))
+        except Exception as exc:  # the connection or the server failed: the model reads why, the episode goes on
+            raise ToolError(f"the MCP server failed: {root_cause(exc)}") from None
         text = "\n".join(block.text if isinstance(block, types.TextContent) else f"[{block.type} content]" for block in result.content)
         if result.is_error:
             raise ToolError(text)

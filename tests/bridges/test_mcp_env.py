@@ -100,6 +100,8 @@ def test_http_server_passes_the_checker_and_runs_under_the_rollout_runner(atlas_
 def test_bad_arguments_are_clear():
     with pytest.raises(ValueError, match="unknown verifier 'nope'"):
         agentgym.make_env("agentgym/MCP-v0", server=[sys.executable, ATLAS], verifier="nope", tasks=TASKS)
+    with pytest.raises(ValueError, match="cannot connect to the MCP server 'no-such-command-here': FileNotFoundError"):
+        agentgym.make_env("agentgym/MCP-v0", server="no-such-command-here", verifier="exact_match", tasks=TASKS)
     with pytest.raises(ValueError, match="needs a string 'prompt'"):
         agentgym.make_env("agentgym/MCP-v0", server=[sys.executable, ATLAS], verifier="exact_match", tasks=[{"task_id": "x"}])
 
