@@ -182,7 +182,7 @@ class MCPEnv(ToolEnv):
             self._portal = self._exit.enter_context(anyio.from_thread.start_blocking_portal())
             self._connect()
             listed = self._portal.call(self._call, lambda client: client.list_tools())
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - whatever failed (a missing command, a refused connection), one clear error
             self.close()
             raise ValueError(f"cannot connect to the MCP server {server!r}: {root_cause(exc)}") from None
         except BaseException:
@@ -222,7 +222,7 @@ class MCPEnv(ToolEnv):
         """Call tool ``name`` on the server; its text, or :class:`ToolError` for an MCP error result."""
         try:
             result: types.CallToolResult = self._portal.call(self._call, lambda client: client.call_tool(name, arguments))
-        except Exception as exc:  # the connection or the server failed: the model reads why, the episode goes on
+        except Exception as exc:  # noqa: BLE001 - the connection or the server failed: the model reads why, the episode goes on
             raise ToolError(f"the MCP server failed: {root_cause(exc)}") from None
         text = "\n".join(block.text if isinstance(block, types.TextContent) else f"[{block.type} content]" for block in result.content)
         if result.is_error:
