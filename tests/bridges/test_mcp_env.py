@@ -75,7 +75,7 @@ def test_stdio_server_plays_episodes_with_a_fresh_session_each():
         env.close()
 
 
-def test_http_server_passes_the_checker_and_runs_under_the_rollout_runner(atlas_url, backend):
+def test_http_server_passes_the_checker_and_runs_under_the_rollout_runner(atlas_url, tiny_model_dir):
     def verify(episode: MCPEpisode) -> RewardResult:
         said = episode.answer is not None and str(episode.task["answer"]) in episode.answer
         return RewardResult(float(said), "the answer names the population" if said else "no population in the answer", passed=said)
@@ -87,7 +87,10 @@ def test_http_server_passes_the_checker_and_runs_under_the_rollout_runner(atlas_
     finally:
         env.close()
 
+    from agentgym.models import HFBackend, load_model
     from agentgym.runner import RolloutConfig, run_rollouts
+
+    backend = HFBackend(*load_model(str(tiny_model_dir), device="cpu", dtype="float32"))
 
     config = RolloutConfig("agentgym/MCP-v0", task_ids=["atlantis"], group_size=2, max_turns=2, max_new_tokens=12, temperature=1.0, env_kwargs=kwargs)
     episodes = run_rollouts(backend, config)
