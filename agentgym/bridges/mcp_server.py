@@ -308,6 +308,9 @@ class EnvMCPServer:
             env, self._spare = self._spare, None
             if env is None:
                 env = await anyio.to_thread.run_sync(functools.partial(make_env, self.env_id, **self.env_kwargs))
+            if key in self._sessions:  # a concurrent first call of the same session made its environment meanwhile
+                await anyio.to_thread.run_sync(env.close)
+                return self._sessions[key]
             session = self._sessions[key] = EpisodeSession(env, seed=self.seed, task_id=self.task_id)
         return session
 

@@ -138,6 +138,8 @@ class ChatProxy:
         model_name: the name ``/v1/models`` lists (default: the backend's).
         max_tokens: a request's default ``max_tokens``.
         out: a JSONL file that every ended episode's trajectory record is appended to.
+        keep_ended: keep ended episodes in :attr:`episodes` (for Python callers); ``agentgym proxy``
+            drops them once written to ``out``, so a long-running proxy holds only open episodes.
         tool_mode, template_kwargs: how tools and the chat template are rendered (as
             :class:`~agentgym.episode.RolloutSettings`; keep the runner's to get its token ids).
     """
@@ -151,8 +153,10 @@ class ChatProxy:
         out: str | Path | None = None,
         tool_mode: ToolMode = "auto",
         template_kwargs: Mapping[str, Any] | None = None,
+        keep_ended: bool = True,
     ) -> None:
         self.backend = backend
+        self.keep_ended = keep_ended
         self.model_name = model_name or backend.name
         self.max_tokens = max_tokens
         self.out = Path(out) if out is not None else None
@@ -254,6 +258,9 @@ class ChatProxy:
         if self.out is not None:
             with self._lock, self.out.open("a", encoding="utf-8") as handle:
                 handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+        if not self.keep_ended:
+            with self._lock:
+                self.episodes.pop(episode_id, None)
         return line
 
     def models(self) -> dict[str, Any]:

@@ -235,7 +235,10 @@ class RecordedEpisode:
 
         if not self.ended:
             raise RuntimeError(f"episode {self.episode_id!r} has not ended: call end() first")
-        full = cast(ModelEpisodeRecord, {**(record or {}), "policy": "agentgym-proxy", "group": group, "member": member, "stop_reason": stop_reason})
+        full = cast(
+            ModelEpisodeRecord,
+            {**(record or {}), "reward": float(reward), "policy": "agentgym-proxy", "group": group, "member": member, "stop_reason": stop_reason},
+        )
         return Episode(
             record=full, trajectory=self.trajectory(), group=group, reward=float(reward), stop_reason=stop_reason, turns=list(self.turns), member=member
         )

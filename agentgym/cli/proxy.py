@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--token-env {args.token_env}: that environment variable is empty or unset")
     if args.out and not Path(args.out).resolve().parent.is_dir():
         raise CLIError(f"--out {args.out}: its directory does not exist")
-    proxy = ChatProxy(_backend(args), max_tokens=args.max_tokens, out=args.out)
+    proxy = ChatProxy(_backend(args), max_tokens=args.max_tokens, out=args.out, keep_ended=False)
 
     def ready(url: str) -> None:
         print(f"agentgym: proxy for {proxy.model_name} at {url}/v1{' (token required)' if token else ''} (Ctrl-C stops)", flush=True)

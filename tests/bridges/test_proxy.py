@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("openai")
 pytest.importorskip("torch")
 import gymnasium as gym
+import httpx
 import openai
 import torch
 
@@ -142,3 +143,11 @@ def test_requests_that_cannot_be_recorded_exactly_are_refused(proxy):
         client.chat.completions.create(model="tiny", messages=opening, temperature=-1)
     with pytest.raises(openai.AuthenticationError):
         openai.OpenAI(base_url=f"{url}/v1", api_key="wrong", max_retries=0).models.list()
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    line = httpx.post(f"{url}/v1/episodes/e/end", json={"reward": 0.5}, headers=headers).json()
+    episode = proxy.episodes["e"]
+    assert line["reward"] == 0.5 and line["token_ids"] == list(episode.trajectory().token_ids) and line["loss_mask"] == list(episode.trajectory().loss_mask)
+    assert [len(r["choices"]) for r in line["requests"]] == [2, 1] and len(episode.turns) == 2
+    again = httpx.post(f"{url}/v1/chat/completions", json={"messages": second, "max_tokens": 4}, headers={**headers, "X-Episode-Id": "e"})
+    assert again.status_code == 409 and "has ended" in again.json()["error"]["message"]
+    assert httpx.post(f"{url}/v1/episodes/nope/end", json={}, headers=headers).status_code == 404
