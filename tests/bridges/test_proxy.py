@@ -151,3 +151,15 @@ def test_requests_that_cannot_be_recorded_exactly_are_refused(proxy):
     again = httpx.post(f"{url}/v1/chat/completions", json={"messages": second, "max_tokens": 4}, headers={**headers, "X-Episode-Id": "e"})
     assert again.status_code == 409 and "has ended" in again.json()["error"]["message"]
     assert httpx.post(f"{url}/v1/episodes/nope/end", json={}, headers=headers).status_code == 404
+
+
+def test_cli_bad_input_is_one_line(capsys, monkeypatch, tmp_path):
+    from agentgym.cli import main
+
+    monkeypatch.delenv("AGENTGYM_PROXY_TEST_TOKEN", raising=False)
+    assert main(["proxy", "--token-env", "AGENTGYM_PROXY_TEST_TOKEN"]) == 2
+    assert capsys.readouterr().err == "agentgym: error: --token-env AGENTGYM_PROXY_TEST_TOKEN: that environment variable is empty or unset\n"
+    assert main(["proxy", "--out", str(tmp_path / "missing" / "x.jsonl")]) == 2
+    assert "its directory does not exist" in capsys.readouterr().err
+    assert main(["proxy", "--backend", "openai"]) == 2
+    assert capsys.readouterr().err == "agentgym: error: --backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1\n"
