@@ -141,6 +141,9 @@ def test_http_with_a_token_two_sessions_two_episodes():
                     assert result["reward"] == reward_a and result["task_id"] == task_a
                     over = await a.call_tool(steps_a[0][0], steps_a[0][1])
                     assert over.is_error and "episode is over" in over.content[0].text
+                async with Client(streamable_http_client(url, http_client=http), mode="2026-07-28") as stateless:
+                    refusal = await stateless.call_tool(RESET_TOOL, {})
+                    assert refusal.is_error and "one episode per MCP session" in refusal.content[0].text
             async with httpx2.AsyncClient() as http:
                 refused = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
                 assert refused.status_code == 401
