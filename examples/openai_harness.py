@@ -1,6 +1,6 @@
 """An agent harness written only against the OpenAI API, trained token-exactly through ``agentgym proxy``.
 
-    python examples/openai_harness.py --episodes 4
+    python examples/openai_harness.py --episodes 4 [--env agentgym/SQL-v0] [--model MODEL]
 
 Part 1 starts the recording proxy in front of the bundled SmolLM2-135M-Instruct (what
 ``agentgym proxy`` serves) and runs a plain OpenAI tool loop in SQL-v0: the harness sends the
@@ -25,17 +25,15 @@ from agentgym.models import HFBackend, load_model
 from agentgym.trainers.config import GRPOSection
 from agentgym.trainers.trainer import grpo_update
 
-ENV_ID = "agentgym/SQL-v0"
 
-
-def harness(client: openai.OpenAI, seed: int, episode_id: str, max_turns: int, max_tokens: int) -> float:
+def harness(client: openai.OpenAI, env_id: str, seed: int, episode_id: str, max_turns: int, max_tokens: int) -> float:
     """Part 1: an OpenAI tool loop; nothing of agentgym but the environment."""
-    env = gym.make(ENV_ID, split="val", max_turns=max_turns)
+    env = gym.make(env_id, split="val", max_turns=max_turns)
     messages, _ = env.reset(seed=seed)
     done, reward = False, 0.0
     while not done:
         answer = client.chat.completions.create(
-            model="smollm2", messages=messages, tools=env.unwrapped.tools, temperature=1.0, max_tokens=max_tokens, extra_headers={"X-Episode-Id": episode_id}
+            model="policy", messages=messages, tools=env.unwrapped.tools, temperature=1.0, max_tokens=max_tokens, extra_headers={"X-Episode-Id": episode_id}
         )
         message = answer.choices[0].message
         turn = {"role": "assistant", "content": message.content or ""}
@@ -50,20 +48,22 @@ def harness(client: openai.OpenAI, seed: int, episode_id: str, max_turns: int, m
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="agentgym/SQL-v0", help="environment id (default agentgym/SQL-v0)")
+    parser.add_argument("--model", help="model id or folder (default: the bundled SmolLM2-135M-Instruct)")
     parser.add_argument("--episodes", type=int, default=4, help="episodes, one GRPO group (default 4)")
     parser.add_argument("--max-turns", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=48)
     args = parser.parse_args()
     torch.manual_seed(0)
-    model, tokenizer = load_model(device="cpu", dtype="float32")
-    proxy = ChatProxy(HFBackend(model, tokenizer), model_name="smollm2")
+    model, tokenizer = load_model(args.model, device="cpu", dtype="float32")
+    proxy = ChatProxy(HFBackend(model, tokenizer), model_name="policy")
     url, stop = serve_in_thread(proxy.app())
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
     episodes = []
     try:
         for index in range(args.episodes):
-            episode_id = f"sql-{index}"
-            reward = harness(client, 0, episode_id, args.max_turns, args.max_tokens)  # one task, so the episodes form a group
+            episode_id = f"episode-{index}"
+            reward = harness(client, args.env, 0, episode_id, args.max_turns, args.max_tokens)  # one task, so the episodes form a group
             proxy.end_episode(episode_id, reward)
             recorded = proxy.episodes[episode_id]
             episodes.append(recorded.to_episode(reward, member=index))
