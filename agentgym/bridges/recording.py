@@ -111,7 +111,6 @@ class RecordedEpisode:
         self.tools_key = json.dumps(renderer.tools, sort_keys=True)
         self._builder = TrajectoryBuilder(renderer, [chat_message(m) for m in opening])
         self._seen = [normalize_message(m) for m in opening]  # the conversation as the harness sends it
-        self.opening = [chat_message(m) for m in opening]
         self.requests: list[RecordedRequest] = []
         self.turns: list[TurnRecord] = []
         self._pending: list[Choice] = []
