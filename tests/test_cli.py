@@ -116,8 +116,8 @@ def test_list_names_every_environment_and_the_clients():
     from agentgym.envs import CLIENTS, ENVIRONMENTS
 
     listed = json.loads(_run("list", "--json").stdout)
-    assert [e["id"] for e in listed] == [*ENVIRONMENTS, "agentgym/Remote-v0", "agentgym/Ray-v0"] == [*ENVIRONMENTS, *CLIENTS]
-    assert [e["kind"] for e in listed[-2:]] == ["client", "client"] and all(e["description"] for e in listed)
+    assert [e["id"] for e in listed] == [*ENVIRONMENTS, "agentgym/Remote-v0", "agentgym/Ray-v0", "agentgym/MCP-v0"] == [*ENVIRONMENTS, *CLIENTS]
+    assert [e["kind"] for e in listed[-3:]] == ["client"] * 3 and all(e["description"] for e in listed)
 
 
 def test_list_scores_are_the_committed_experiment_summaries(capsys):

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 import gymnasium as gym
 
-from agentgym.cli import audit_tasks, evaluate, experiment, inspect_trajectory, list_envs, play, rollout, serve, sft, train, validate_reward
+from agentgym.cli import audit_tasks, evaluate, experiment, inspect_trajectory, list_envs, mcp_serve, play, proxy, rollout, serve, sft, train, validate_reward
 from agentgym.cli._common import CLIError
 from agentgym.tools import InfraError
 
 __all__ = ["COMMANDS", "CLIError", "main"]
 
-COMMANDS = (list_envs, play, rollout, validate_reward, audit_tasks, serve, evaluate, inspect_trajectory, train, sft, experiment)
+COMMANDS = (list_envs, play, rollout, validate_reward, audit_tasks, serve, mcp_serve, proxy, evaluate, inspect_trajectory, train, sft, experiment)
 """The command modules, in the order ``agentgym --help`` lists them."""
 
 

@@ -25,7 +25,7 @@ _log = logging.getLogger("agentgym.remote")
 __all__ = ["CLIENT_ENV_IDS", "ServerFull", "answer", "environment_for", "error_reply", "hello"]
 
 # Client environments of sessions held elsewhere: never served themselves.
-CLIENT_ENV_IDS = ("agentgym/Remote-v0", "agentgym/Ray-v0")
+CLIENT_ENV_IDS = ("agentgym/Remote-v0", "agentgym/Ray-v0", "agentgym/MCP-v0")  # MCP-v0 runs its server= command: never on a client's say
 
 
 class ServerFull(Exception):
