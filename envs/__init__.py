@@ -38,7 +38,10 @@ CLIENTS: dict[str, tuple[str, str]] = {
         "An environment served by `agentgym serve` on another machine (url=..., env_id=...); see docs/scale.md",
     ),
     "agentgym/Ray-v0": ("agentgym.remote.ray_pool:RayEnv", "An environment in an actor of a Ray pool (env_id=..., pool=...); see docs/scale.md"),
-    "agentgym/MCP-v0": ("agentgym.bridges.mcp_env:MCPEnv", "Any MCP server's tools as an environment (server=..., verifier=..., tasks=...); see docs/bridges.md"),
+    "agentgym/MCP-v0": (
+        "agentgym.bridges.mcp_env:MCPEnv",
+        "Any MCP server's tools as an environment (server=..., verifier=..., tasks=...); see docs/bridges.md",
+    ),
 }
 
 
