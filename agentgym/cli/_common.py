@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
 
-__all__ = ["CLIError", "check_model_path", "env_arguments", "json_object", "make", "positive_int", "quiet_argument"]
+__all__ = ["CLIError", "check_model_path", "env_arguments", "json_object", "make", "model_backend", "positive_int", "quiet_argument"]
 
 
 class CLIError(Exception):
@@ -67,3 +67,18 @@ def check_model_path(model: str | None) -> None:
     looks_like_path = path.is_absolute() or model.startswith((".", "~")) or path.suffix == ".gguf"
     if looks_like_path and not path.exists():
         raise CLIError(f"model not found: {model}")
+
+
+def model_backend(args: argparse.Namespace) -> Any:
+    """The generation backend that ``--model``, ``--backend``, ``--device`` and ``--base-url`` name (eval, proxy)."""
+    from agentgym.models import BackendError, ModelLoadError, create_backend
+
+    if args.backend == "openai" and not args.base_url:
+        raise CLIError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
+    if args.backend != "openai" and args.base_url:
+        raise CLIError("--base-url only applies to --backend openai")
+    check_model_path(args.model)
+    try:
+        return create_backend(args.model, kind=args.backend, device=args.device, base_url=args.base_url)
+    except (ModelLoadError, BackendError) as exc:
+        raise CLIError(str(exc)) from None

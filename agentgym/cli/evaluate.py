@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agentgym.cli._common import CLIError, check_model_path, json_object, make, positive_int, quiet_argument
+from agentgym.cli._common import CLIError, json_object, make, model_backend, positive_int, quiet_argument
 
 if TYPE_CHECKING:
     from agentgym.runner import Episode, RolloutConfig
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
             out.write({**episode.to_dict(), "tokenizer": tokenizer})
 
     try:
-        backend = _backend(args)
+        backend = model_backend(args)
         if config.max_total_tokens is None and _context_window(backend) is not None:
             config = replace(config, max_total_tokens=_context_window(backend))
         if earlier:
@@ -161,20 +161,6 @@ def _non_negative_float(text: str) -> float:
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
     return value
-
-
-def _backend(args: argparse.Namespace) -> Any:
-    from agentgym.models import BackendError, ModelLoadError, create_backend
-
-    if args.backend == "openai" and not args.base_url:
-        raise CLIError("--backend openai needs --base-url, e.g. http://127.0.0.1:8000/v1")
-    if args.backend != "openai" and args.base_url:
-        raise CLIError("--base-url only applies to --backend openai")
-    check_model_path(args.model)
-    try:
-        return create_backend(args.model, kind=args.backend, device=args.device, base_url=args.base_url)
-    except (ModelLoadError, BackendError) as exc:
-        raise CLIError(str(exc)) from None
 
 
 def _context_window(backend: Any) -> int | None:

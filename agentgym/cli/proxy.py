@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         from agentgym.bridges.proxy import ChatProxy
     except ImportError:
         raise CLIError("agentgym proxy needs the bridges extra: pip install 'agentgym[bridges]'") from None
-    from agentgym.cli.evaluate import _backend
+    from agentgym.cli._common import model_backend
 
     token = None
     if args.token_env:
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--token-env {args.token_env}: that environment variable is empty or unset")
     if args.out and not Path(args.out).resolve().parent.is_dir():
         raise CLIError(f"--out {args.out}: its directory does not exist")
-    proxy = ChatProxy(_backend(args), max_tokens=args.max_tokens, out=args.out, keep_ended=False)
+    proxy = ChatProxy(model_backend(args), max_tokens=args.max_tokens, out=args.out, keep_ended=False)
 
     def ready(url: str) -> None:
         print(f"agentgym: proxy for {proxy.model_name} at {url}/v1{' (token required)' if token else ''} (Ctrl-C stops)", flush=True)
