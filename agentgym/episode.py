@@ -61,7 +61,7 @@ class RolloutSettings:
             exceeds the budget (unless the opening prompt alone does). None: no budget.
         temperature: sampling temperature; 0 decodes greedily.
         error_temperature: sampling temperature of a turn that follows a failed tool call (the
-            previous step raised ``info["tool_errors"]``: a tool error or a seeded fault); ``None``
+            previous step counted ``info["turn_tool_errors"]``: a tool error or a seeded fault); ``None``
             (the default): ``temperature``. An exploration aid for training: a decision the model
             almost never gets right after an error (retrying a transient fault, say) is sampled
             from a flatter distribution there, and only there. The loss still scores every token
@@ -269,13 +269,12 @@ class TokenEpisode:
         )
 
     def turn_temperature(self) -> float:
-        """The next turn's sampling temperature: ``error_temperature`` right after a step whose tool
-        call failed (its ``info["tool_errors"]`` rose), else ``temperature``."""
+        """The next turn's sampling temperature: ``error_temperature`` right after a step with a failed
+        tool call (its ``info["turn_tool_errors"]`` above 0), else ``temperature``."""
         if self.settings.error_temperature is None or not self.turns:
             return self.settings.temperature
-        errors = [int(turn["info"].get("tool_errors", 0)) for turn in self.turns[-2:]]
-        before = errors[0] if len(errors) == 2 else 0
-        return self.settings.error_temperature if errors[-1] > before else self.settings.temperature
+        info = cast(Mapping[str, Any], self.turns[-1]["info"])  # a StepInfo, or a StepError without the count
+        return self.settings.error_temperature if int(info.get("turn_tool_errors", 0)) > 0 else self.settings.temperature
 
     # -- playing ----------------------------------------------------------------------------
 
