@@ -516,7 +516,8 @@ class _Run:
         try:
             base = agent_env(episode.env).episode_record()
         except Exception as exc:  # noqa: BLE001 - the environment is out of reach (a remote one died): record what we saw
-            stop_reason = "infra_error" if isinstance(exc, InfraError) else "error"
+            # An episode already ended by its machinery stays an infra error.
+            stop_reason = "infra_error" if isinstance(exc, InfraError) or stop_reason == "infra_error" else "error"
             error = error or f"the environment's record could not be read: {type(exc).__name__}: {exc}"
             base = self._lost_record(plan, episode)
         record: ModelEpisodeRecord = {**base, "policy": self.backend.name, "group": plan.group, "member": plan.member, "stop_reason": stop_reason}
