@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
 
-__all__ = ["CLIError", "check_model_path", "env_arguments", "json_object", "make", "model_backend", "positive_int", "quiet_argument"]
+__all__ = ["CLIError", "check_model_path", "env_arguments", "json_object", "make", "model_backend", "positive_int", "quiet_argument", "token_from_env"]
 
 
 class CLIError(Exception):
@@ -82,3 +83,13 @@ def model_backend(args: argparse.Namespace) -> Any:
         return create_backend(args.model, kind=args.backend, device=args.device, base_url=args.base_url)
     except (ModelLoadError, BackendError) as exc:
         raise CLIError(str(exc)) from None
+
+
+def token_from_env(variable: str | None) -> str | None:
+    """The bearer token held by the environment variable ``--token-env`` names (``None``: no token)."""
+    if not variable:
+        return None
+    token = os.environ.get(variable)
+    if not token:
+        raise CLIError(f"--token-env {variable}: that environment variable is empty or unset")
+    return token

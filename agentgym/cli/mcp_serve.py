@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from typing import Any
 
-from agentgym.cli._common import CLIError, json_object, positive_int
+from agentgym.cli._common import CLIError, json_object, positive_int, token_from_env
 
 __all__ = ["add_parser", "run"]
 
@@ -36,13 +35,9 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("agentgym mcp needs the bridges extra: pip install 'agentgym[bridges]'") from None
     if args.seed < 0:
         raise CLIError(f"--seed must be at least 0, got {args.seed}")
-    token = None
-    if args.token_env:
-        if not args.http:
-            raise CLIError("--token-env applies to --http only (a stdio server is reachable only by the process that started it)")
-        token = os.environ.get(args.token_env)
-        if not token:
-            raise CLIError(f"--token-env {args.token_env}: that environment variable is empty or unset")
+    if args.token_env and not args.http:
+        raise CLIError("--token-env applies to --http only (a stdio server is reachable only by the process that started it)")
+    token = token_from_env(args.token_env)
     host, port = _host_port(args.http) if args.http else ("", 0)
     server = EnvMCPServer(
         args.env,

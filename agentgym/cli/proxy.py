@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from pathlib import Path
 from typing import Any
 
-from agentgym.cli._common import CLIError, positive_int
+from agentgym.cli._common import CLIError, positive_int, token_from_env
 
 __all__ = ["add_parser", "run"]
 
@@ -40,11 +39,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("agentgym proxy needs the bridges extra: pip install 'agentgym[bridges]'") from None
     from agentgym.cli._common import model_backend
 
-    token = None
-    if args.token_env:
-        token = os.environ.get(args.token_env)
-        if not token:
-            raise CLIError(f"--token-env {args.token_env}: that environment variable is empty or unset")
+    token = token_from_env(args.token_env)
     if args.out and not Path(args.out).resolve().parent.is_dir():
         raise CLIError(f"--out {args.out}: its directory does not exist")
     proxy = ChatProxy(model_backend(args), max_tokens=args.max_tokens, out=args.out, keep_ended=False)

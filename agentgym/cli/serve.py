@@ -8,7 +8,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.cli._common import CLIError, positive_int
+from agentgym.cli._common import CLIError, positive_int, token_from_env
 
 __all__ = ["add_parser", "run"]
 
@@ -42,11 +42,7 @@ def run(args: argparse.Namespace) -> int:
         from agentgym.remote import EnvServer
     except ImportError:
         raise CLIError("agentgym serve needs the serve extra: pip install 'agentgym[serve]'") from None
-    token = None
-    if args.token_env:
-        token = os.environ.get(args.token_env)
-        if not token:
-            raise CLIError(f"--token-env {args.token_env}: that environment variable is empty or unset")
+    token = token_from_env(args.token_env)
     import agentgym  # noqa: F401  (registers the environments)
 
     unknown = [e for e in args.envs or [] if e not in gym.registry]
