@@ -33,7 +33,14 @@ def bench():
 
 def test_no_episode_is_silently_wrong_under_memory_pressure(bench, local_backend):
     mib = bench.MiB
-    outcome = bench.run(24, pressure=True, limit=768 * mib, margin=48 * mib, spike_s=0.2)
-    assert outcome.episodes == 24
-    assert outcome.silently_wrong == 0
-    assert outcome.restarts + outcome.infra_errors >= 1, "the pressure never reached the sandbox: the test would be vacuous"
+    # A warm fork server can finish a batch before the hog's first spike: play batches (at most
+    # five) until the pressure has reached the sandbox at least once, checking every one.
+    reached = 0
+    for _ in range(5):
+        outcome = bench.run(24, pressure=True, limit=768 * mib, margin=48 * mib, spike_s=0.2)
+        assert outcome.episodes == 24
+        assert outcome.silently_wrong == 0
+        reached += outcome.restarts + outcome.infra_errors
+        if reached:
+            break
+    assert reached >= 1, "the pressure never reached the sandbox: the test would be vacuous"
