@@ -37,9 +37,15 @@ def config() -> RolloutConfig:
 
 
 def kill_server(backend) -> None:
-    """SIGKILL the fork server (pid 1 of the sandboxes' pid namespace), as the OOM killer would."""
+    """SIGKILL the fork server (pid 1 of the sandboxes' pid namespace), as the OOM killer would, and
+    return once it is dead."""
     (server,) = children_of(backend._proc.pid)
     os.kill(server, signal.SIGKILL)
+    # A kill completes a few milliseconds after the signal (pid 1 of a namespace ends its children
+    # first); "between turns" means the next turn starts after that.
+    deadline = time.monotonic() + 5
+    while alive(server) and time.monotonic() < deadline:
+        time.sleep(0.001)
 
 
 def once(wrapped, before):
