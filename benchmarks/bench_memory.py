@@ -153,7 +153,9 @@ def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) 
     torch.set_num_threads(args.threads)
     _use_path(path)
     from agentgym.models import hf
-    from agentgym.trainers import experiment, modeling, trainer
+    from agentgym.trainers import modeling, trainer
+    from agentgym.trainers.experiment import config as experiment_config
+    from agentgym.trainers.experiment import run as experiment
 
     result = Measurement(phase, path)
     backends: list[Any] = []
@@ -188,7 +190,7 @@ def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) 
     trainer.load_policy = load_policy
 
     (work / "experiment").mkdir(parents=True)
-    config = experiment.load_experiment(EXPERIMENT, output_dir=str(work / "experiment"))
+    config = experiment_config.load_experiment(EXPERIMENT, output_dir=str(work / "experiment"))
     if args.autocast is not None:
         config.training["autocast"] = args.autocast
     tasks = experiment._tasks(config, work / "experiment")
@@ -233,7 +235,7 @@ def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) 
             run = work / "run"
             grpo = {"steps": args.grpo_steps} | ({"filter_degenerate": False} if args.keep_degenerate_groups else {})
             change = {"sft": {"steps": args.sft_steps}} if phase == "sft" else {"grpo": grpo}
-            train_config = experiment._train_config(
+            train_config = experiment_config.train_config_for(
                 config, phase, 0, tasks["sft"], tasks["grpo"], run, model=None if phase == "sft" else args.sft_model, change=change
             )
             collected: list[Any] = []

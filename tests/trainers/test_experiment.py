@@ -19,17 +19,9 @@ from processes import alive, children_of, cmdline
 from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollout import read_jsonl
 from agentgym.trainers.config import ConfigError
-from agentgym.trainers.experiment import (
-    EvaluationSection,
-    ExperimentConfig,
-    TaskPick,
-    _examples,
-    _Phase,
-    _startable,
-    load_experiment,
-    run_experiment,
-    summarize_experiment,
-)
+from agentgym.trainers.experiment import EvaluationSection, ExperimentConfig, TaskPick, load_experiment, run_experiment, summarize_experiment
+from agentgym.trainers.experiment.report import _examples
+from agentgym.trainers.experiment.run import _Phase, _startable
 
 QUIET = {"progress": False, "tensorboard": False, "plots": False}
 
@@ -356,7 +348,7 @@ def test_trainings_start_first_sft_before_grpo_and_evaluations_fill_the_free_slo
 
 
 def test_development_runs_are_kept_apart_from_the_reported_run(tiny_model_dir, tmp_path) -> None:
-    from agentgym.trainers.experiment import _protocol_lines
+    from agentgym.trainers.experiment.report import _protocol_lines
 
     def write(change: dict):
         path = tmp_path / "x.yaml"
@@ -400,7 +392,7 @@ def _row(task: str, trial: int, success: bool, stop_reason: str = "done") -> dic
 
 
 def test_arm_statistics_leave_infra_errors_out_and_count_them() -> None:
-    from agentgym.trainers.experiment import _arm_summary, _paired_delta
+    from agentgym.trainers.experiment.summary import _arm_summary, _paired_delta
 
     scored = [_row("a", 0, True), _row("a", 1, True), _row("b", 0, False), _row("b", 1, True)]
     broken = _row("b", 1, False, "infra_error")

@@ -1,0 +1,380 @@
+"""Running the protocol: the phases (trainings and evaluations) in order or in worker processes
+within the machine's memory, and the results folder's records (configuration, tasks, commits)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import subprocess
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agentgym.envs import make_env
+from agentgym.progress import ProgressReport
+from agentgym.rollout import final_info, write_jsonl
+from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
+from agentgym.trainers.experiment.config import BASE, GRPO, SFT, ExperimentConfig, TaskPick, split_ids, task_id_of, train_config_for
+from agentgym.trainers.experiment.summary import summarize_experiment
+from agentgym.trainers.experiment.timings import PhaseTimings
+from agentgym.trainers.memory import EPISODE_TOKENS, MemoryBudget, available_memory, model_footprint
+
+__all__ = ["run_experiment"]
+
+
+def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = print, progress: ProgressReport | None = None) -> dict[str, Any]:
+    """Run (or resume) the experiment and write its results; returns the summary. ``progress`` shows
+    the phases done (training runs and evaluations)."""
+    out = Path(config.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tasks = _tasks(config, out)
+    _record_config(config, out)
+    _record_commit(out)
+
+    # The protocol as phases, each after the one it starts from.
+    phases = [_Phase(BASE, None, "eval")]
+    for seed in config.seeds:
+        sft = _Phase(SFT, seed, "train")
+        phases += [sft, _Phase(SFT, seed, "eval", after=sft.name)]
+        for arm in [GRPO, *config.ablations]:
+            train = _Phase(arm, seed, "train", after=sft.name)
+            phases += [train, _Phase(arm, seed, "eval", after=train.name)]
+    _run_phases(config, tasks, phases, PhaseTimings(out / "timings.json"), log, progress or ProgressReport(enabled=False))
+    summary = summarize_experiment(out)
+    log(f"results: {out / 'results.md'}")
+    return summary
+
+
+@dataclass(frozen=True)
+class _Phase:
+    """One training run or one evaluation of the protocol."""
+
+    arm: str
+    seed: int | None
+    kind: str  # "train" or "eval"
+    after: str | None = None
+
+    @property
+    def name(self) -> str:
+        return "/".join([self.arm, *([f"seed-{self.seed}"] if self.seed is not None else []), self.kind])
+
+    def folder(self, out: Path) -> Path:
+        return out / self.arm / (f"seed-{self.seed}" if self.seed is not None else "")
+
+    def finished(self, out: Path) -> bool:
+        if self.kind == "eval":
+            return (self.folder(out) / "eval.jsonl").is_file()
+        return (self.folder(out) / "run" / "report.md").is_file() and (self.folder(out) / "run" / "model").is_dir()
+
+
+def _run_phases(
+    config: ExperimentConfig, tasks: dict[str, list[str]], phases: Sequence[_Phase], timings: PhaseTimings, log: Callable[[str], None], progress: ProgressReport
+) -> None:
+    """Run the unfinished phases in order, or ``config.jobs`` at a time (training phases first: they
+    start the longest chains) in worker processes."""
+    out = Path(config.output_dir)
+    todo = [p for p in phases if not p.finished(out)]
+    progress.phase("phases", len(phases), completed=len(phases) - len(todo))
+    started = time.perf_counter()
+    try:
+        if config.jobs == 1:
+            for phase in todo:
+                timings.add(phase.name, _run_phase(config, tasks, phase, log))
+                progress.advance("phases", phase.name)
+            return
+        _run_in_workers(config, tasks, todo, timings, log, progress)
+    finally:
+        timings.add_wall(time.perf_counter() - started)
+
+
+def _run_in_workers(
+    config: ExperimentConfig, tasks: dict[str, list[str]], todo: list[_Phase], timings: PhaseTimings, log: Callable[[str], None], progress: ProgressReport
+) -> None:
+    import multiprocessing
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    import gymnasium as gym
+    import torch
+
+    from agentgym.envs import register_envs
+    from agentgym.trainers.modeling import TrainerError
+
+    register_envs()
+    # Every phase gets the same thread count whatever runs beside it: thread counts change float
+    # rounding, and the samples must not depend on how the phases happened to be scheduled.
+    threads = max(1, torch.get_num_threads() // config.jobs)
+    budget = _memory_budget(config, tasks)
+    log(
+        f"memory: {budget.available / 2**30:.1f} GiB available; estimated peaks: training {budget.training / 2**30:.1f} GiB, "
+        f"evaluation {budget.evaluation / 2**30:.1f} GiB (a phase starts only beside phases it fits with)"
+    )
+    pending = {p.name for p in todo}
+    running: dict[Any, _Phase] = {}
+    # Spawned workers start clean (no inherited thread pools); they get the environment's
+    # registration, which may come from a module the worker has not imported. A new worker per
+    # phase: the memory a phase held goes back to the system, not to the next phase's process.
+    pool = ProcessPoolExecutor(
+        config.jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_worker_init, initargs=(gym.spec(config.env_id),), max_tasks_per_child=1
+    )
+    try:
+        while todo or running:
+            ready = [p for p in todo if p.after not in pending]
+            for phase in _startable(ready, config.jobs - len(running), running=[p.kind for p in running.values()], budget=budget):
+                todo.remove(phase)
+                log(f"started {phase.name} ({threads} thread{'s' * (threads > 1)}, estimated peak {budget.estimate(phase.kind) / 2**30:.1f} GiB)")
+                running[pool.submit(_run_phase_in_worker, threads, config, tasks, phase)] = phase
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                phase = running.pop(future)
+                try:
+                    timings.add(phase.name, future.result())
+                except BrokenProcessPool:
+                    raise TrainerError(f"the worker running {phase.name} died (out of memory?); finished phases are kept: rerun to resume") from None
+                pending.discard(phase.name)
+                log(f"finished {phase.name}")
+                progress.advance("phases", phase.name)
+    except BaseException:
+        # Interrupted, or a phase failed: stop the phases still running (a rerun resumes them
+        # from their checkpoints) instead of waiting for them.
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in multiprocessing.active_children():
+            worker.terminate()
+        raise
+    pool.shutdown(wait=True)
+
+
+def _startable(ready: Sequence[_Phase], free: int, *, running: Sequence[str] = (), budget: MemoryBudget | None = None) -> list[_Phase]:
+    """The ready phases to start in ``free`` worker slots: trainings before evaluations, and SFT
+    trainings before GRPO ones (each SFT model starts the GRPO phases of its seed), so the long
+    phases start early and the short ones fill the end. With a ``budget``, a phase starts only when
+    its estimated peak fits beside those of the ``running`` phases' kinds and the ones chosen before it."""
+    chosen: list[_Phase] = []
+    for phase in sorted(ready, key=lambda p: (p.kind == "eval", p.arm != SFT)):
+        if len(chosen) < free and (budget is None or budget.fits([*running, *(p.kind for p in chosen)], phase.kind)):
+            chosen.append(phase)
+    return chosen
+
+
+def _memory_budget(config: ExperimentConfig, tasks: dict[str, list[str]]) -> MemoryBudget:
+    """The memory now available and the estimated peaks of the experiment's phases (see
+    :mod:`agentgym.trainers.memory`); without a local model folder to measure, no phase waits."""
+    from agentgym.models.hf import HFBackend
+    from agentgym.models.loading import resolve_model_path
+
+    available = available_memory()
+    footprint = model_footprint(resolve_model_path(config.model))
+    if footprint is None:
+        return MemoryBudget(available, 0, 0)
+    training = config_from_dict({**config.training, "env_id": config.env_id})
+    tokens = training.rollout.max_total_tokens or EPISODE_TOKENS
+    rows_cap = inspect.signature(HFBackend).parameters["max_batch_size"].default
+    train_rows = min(rows_cap, training.rollout.num_tasks * training.rollout.group_size)
+    eval_rows = min(rows_cap, max(len(ids) for ids in split_ids(tasks["eval"]).values()) * config.evaluation.trials)
+    return MemoryBudget(available, footprint.training_peak(train_rows, tokens), footprint.evaluation_peak(eval_rows, tokens))
+
+
+def _worker_init(spec: Any) -> None:
+    import gymnasium as gym
+
+    if spec.id not in gym.registry:
+        gym.registry[spec.id] = spec
+
+
+def _run_phase_in_worker(threads: int, config: ExperimentConfig, tasks: dict[str, list[str]], phase: _Phase) -> float:
+    import torch
+
+    torch.set_num_threads(threads)
+    return _run_phase(config, tasks, phase, _worker_log)
+
+
+def _worker_log(line: str) -> None:
+    import sys
+
+    print(line, file=sys.stderr, flush=True)
+
+
+def _run_phase(config: ExperimentConfig, tasks: dict[str, list[str]], phase: _Phase, log: Callable[[str], None]) -> float:
+    """Run one phase; returns its wall seconds."""
+    out = Path(config.output_dir)
+    started = time.perf_counter()
+    folder = phase.folder(out)
+    if phase.kind == "eval":
+        model = None if phase.arm == BASE else folder / "run" / "model"
+        _evaluate(config, model, tasks["eval"], folder / "eval.jsonl", arm=phase.arm, seed=phase.seed, log=log)
+    else:
+        assert phase.seed is not None
+        sft_model = None if phase.arm == SFT else out / SFT / f"seed-{phase.seed}" / "run" / "model"
+        change = config.ablations.get(phase.arm)
+        train_config = train_config_for(
+            config, SFT if phase.arm == SFT else GRPO, phase.seed, tasks["sft"], tasks["grpo"], folder / "run", model=sft_model, change=change
+        )
+        _train(train_config, folder / "run", log)
+    return time.perf_counter() - started
+
+
+def _tasks(config: ExperimentConfig, out: Path) -> dict[str, list[str]]:
+    """The task ids of each role, checked disjoint; written to ``tasks.json`` (and read back on resume)."""
+    path = out / "tasks.json"
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))
+    rng_seed = config.seeds[0]
+    sft = _pick(config.env_id, config.sft_tasks, rng_seed, exclude=())
+    grpo = _pick(config.env_id, config.grpo_tasks, rng_seed + 1, exclude=sft)
+    evaluation = _pick(config.env_id, config.evaluation.tasks, rng_seed + 2, exclude=[*sft, *grpo])
+    if not sft or not grpo or not evaluation:
+        raise ConfigError(f"a task set is empty (sft {len(sft)}, grpo {len(grpo)}, evaluation {len(evaluation)})")
+    roles = {"sft": sft, "grpo": grpo, "eval": evaluation}
+    for a, b in (("sft", "grpo"), ("sft", "eval"), ("grpo", "eval")):
+        if {task_id_of(t) for t in roles[a]} & {task_id_of(t) for t in roles[b]}:
+            raise ConfigError(f"the {a} and {b} tasks overlap")
+    path.write_text(json.dumps(roles, indent=1) + "\n", encoding="utf-8")
+    return roles
+
+
+def _pick(env_id: str, pick: TaskPick, seed: int, *, exclude: Sequence[str]) -> list[str]:
+    """The tasks ``pick`` names, minus ``exclude``, in a seeded order (at most ``count``)."""
+    chosen: list[str] = []
+    for split in pick.splits:
+        env = make_env(env_id, split=split)
+        try:
+            for task in env.unwrapped.tasks:
+                if pick.task_ids is not None and task["task_id"] not in pick.task_ids:
+                    continue
+                if pick.difficulties is not None and task.get("difficulty") not in pick.difficulties:
+                    continue
+                chosen.append(f"{split}:{task['task_id']}")
+        finally:
+            env.close()
+    skip = {task_id_of(t) for t in exclude}
+    chosen = [t for t in chosen if task_id_of(t) not in skip]
+    order = np.random.default_rng(seed).permutation(len(chosen))
+    chosen = [chosen[int(i)] for i in order]
+    return chosen[: pick.count] if pick.count is not None else chosen
+
+
+def _train(train_config: TrainConfig, run: Path, log: Callable[[str], None]) -> None:
+    """Run one training phase; resume it from its checkpoint if it was interrupted."""
+    from agentgym.trainers.checkpoint import latest_checkpoint
+    from agentgym.trainers.trainer import train
+
+    resume = latest_checkpoint(run) is not None
+    log(f"training {run} ({'resuming' if resume else 'from the start'})")
+    # Finished, the trainer deletes the phase's resume state (checkpoint.keep_when_done is off):
+    # weights and optimiser moments, ~1.6 GB per phase for 135M; the nine training phases'
+    # checkpoints filled 15 GB of disk.
+    train(train_config, resume=resume, overwrite=not resume)
+
+
+def _evaluate(
+    config: ExperimentConfig, model: Path | None, tasks: Sequence[str], path: Path, *, arm: str, seed: int | None, log: Callable[[str], None]
+) -> None:
+    """Play every evaluation task ``trials`` times with ``model``; one JSON line per episode in ``path``."""
+    from agentgym.models import load_model
+    from agentgym.models.hf import HFBackend
+    from agentgym.runner import RolloutConfig, RolloutRunner
+
+    log(f"evaluating {arm}" + (f" seed {seed}" if seed is not None else ""))
+    training = config_from_dict({**config.training, "env_id": config.env_id})
+    policy, tokenizer = load_model(str(model) if model is not None else config.model, device=training.device)
+    backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""))
+    ev, r = config.evaluation, training.rollout
+    records = []
+    for split, task_ids in split_ids(tasks).items():
+        # The trials of a task are the members of its group, each with its own environment seed,
+        # so one batch holds every episode of the split.
+        rollout = RolloutConfig(
+            config.env_id,
+            split=split,
+            task_ids=task_ids,
+            group_size=ev.trials,
+            distinct_env_seeds=True,
+            seed=ev.seed,
+            temperature=ev.temperature,
+            max_turns=r.max_turns,
+            max_new_tokens=r.max_new_tokens,
+            max_total_tokens=r.max_total_tokens,
+            template_kwargs=r.template_kwargs,
+            tool_mode=r.tool_mode,
+            env_kwargs=dict(ev.env_kwargs),
+        )
+        for episode in RolloutRunner(backend).run(rollout, infra_retries=ev.infra_retries):
+            records.append(_eval_record(episode, arm=arm, seed=seed, trial=episode.member, split=split))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_jsonl(path, records)
+
+
+def _eval_record(episode: Any, *, arm: str, seed: int | None, trial: int, split: str) -> dict[str, Any]:
+    record = episode.record
+    final = final_info(record)
+    return {
+        "arm": arm,
+        "seed": seed,
+        "trial": trial,
+        "split": split,
+        "task_id": record["task_id"],
+        "env_seed": record["seed"],
+        "difficulty": record.get("difficulty"),
+        "template": record.get("template"),
+        "success": bool(record["success"]),
+        "reward": float(record["reward"]),
+        "turns": int(record["turns"]),
+        "stop_reason": episode.stop_reason,
+        "sampled_tokens": int(sum(episode.trajectory.loss_mask)),
+        "tokens": len(episode.trajectory.token_ids),
+        "faults": int(final.get("faults", 0)),
+        "tool_errors": int(final.get("tool_errors", 0)),
+        "format_errors": int(final.get("format_errors", 0)),
+        "messages": record["messages"][1:],  # without the system prompt, which every episode shares
+    }
+
+
+def _record_config(config: ExperimentConfig, out: Path) -> None:
+    """Write ``experiment.yaml``; a folder holding another experiment is refused, except that more
+    seeds may be added to it (its finished phases are the new configuration's phases for those seeds)."""
+    import yaml
+
+    path = out / "experiment.yaml"
+    data = json.loads(json.dumps(dataclasses.asdict(config)))
+    if path.is_file():
+        recorded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        # Where the folder is (it may have been moved) and its seeds aside, the configuration must be the same.
+        # The choices' notes document the configuration; they do not change what runs.
+        unchanged = {"seeds": None, "output_dir": None, "choices": None}
+        if {**recorded, **unchanged} != {**data, **unchanged}:
+            raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
+        dropped = [seed for seed in recorded["seeds"] if seed not in config.seeds]
+        if dropped:
+            raise ConfigError(f"{out} holds an experiment with seeds {recorded['seeds']}; seeds may be added to it, not left out (missing: {dropped})")
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+# What decides the results; edits elsewhere (docs, tests) do not make a run's commit dirty.
+_CODE = ("agentgym", "envs", "verifiers", "trainers", "tasks", "pyproject.toml")
+
+
+def _record_commit(out: Path) -> None:
+    """Add the commit that is about to run to ``commits.json`` (a resumed run may span several)."""
+    path = out / "commits.json"
+    commits = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    commit = _commit()
+    if commit is not None and commit not in commits:
+        path.write_text(json.dumps([*commits, commit]) + "\n", encoding="utf-8")
+
+
+def _commit() -> str | None:
+    """The git commit of the code that ran (with ``-dirty`` when the code had uncommitted changes)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *_CODE], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return head + ("-dirty" if dirty else "")
