@@ -16,12 +16,14 @@ from agentgym.env import Message, ToolEnv
 from agentgym.envs.tau_retail.audit import solved_by_nothing
 from agentgym.envs.tau_retail.data import RetailDB, read_bundled
 from agentgym.envs.tau_retail.llm_user import LLMCustomer, LLMUser, ResponseCache
-from agentgym.envs.tau_retail.tools import WRITE_TOOLS, RetailTools, replay_ground_truth
+from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, WRITE_TOOLS, RetailTools, replay_ground_truth
+from agentgym.envs.tau_retail.upstream_errors import ERROR_MODES, binding_error, calculate, unknown_action
 from agentgym.envs.tau_retail.users import STOP, USER_MODES, Progress, make_user, target_record
 from agentgym.envs.tau_retail.violations import PolicyViolations, record_owner
 from agentgym.models import GenerationBackend
 from agentgym.parsing import ParsedAction, ToolCall
 from agentgym.records import TauRetailTask
+from agentgym.tools import cap_result
 from agentgym.verifiers import RewardResult
 
 # agentgym split -> τ-bench split
@@ -162,16 +164,20 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
         user_seed: int = 0,
         user_cache: ResponseCache | str | Path | None = None,
         strict: bool = False,
+        errors: str = "agentgym",
         **kwargs: Any,
     ):
         if user not in USER_MODES:
             raise ValueError(f"user must be one of {', '.join(USER_MODES)}; got {user!r}")
+        if errors not in ERROR_MODES:
+            raise ValueError(f"errors must be one of {', '.join(ERROR_MODES)}; got {errors!r}")
         llm_only = {"user_backend": user_backend, "user_model": user_model, "user_cache": user_cache}
         given = [name for name, value in llm_only.items() if value is not None]
         if user != "llm" and given:
             raise ValueError(f"{', '.join(given)} only apply to user='llm'")
         self.user_mode = user
         self.strict = bool(strict)
+        self.errors = errors
         self.customer = (
             LLMCustomer(backend=user_backend, model=user_model, temperature=user_temperature, seed=user_seed, cache=user_cache) if user == "llm" else None
         )
@@ -228,10 +234,32 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
         # The violation count needs every call that ran, with its observation: the base class counts a call
         # in tool_calls exactly when it passed validation and ran (refusals included).
         ran_before = counts["tool_calls"]
-        message = super()._run_tool(call, counts)
+        message = self._run_tool_as_upstream(call, counts) if self.errors == "upstream" else super()._run_tool(call, counts)
         if counts["tool_calls"] > ran_before:
             self.violations.tool_call(call.name, record_owner(self.db, call.arguments), message["content"])
         return message
+
+    def _run_tool_as_upstream(self, call: ToolCall, counts: dict[str, int]) -> Message:
+        """One call as τ-bench's ``Env.step`` runs it (``errors="upstream"``; see
+        :mod:`agentgym.envs.tau_retail.upstream_errors`): no schema check, its texts for an unknown
+        tool and for arguments that do not bind, any exception shown as ``Error: ...``."""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            counts["format_errors"] += 1
+            content = unknown_action(call.name)
+        elif (problem := binding_error(tool, call.arguments)) is not None:
+            counts["format_errors"] += 1
+            content = f"Error: {problem}"
+        else:
+            counts["tool_calls"] += 1
+            try:
+                content = calculate(**call.arguments) if call.name == "calculate" else tool.fn(self, **call.arguments)
+            except Exception as exc:  # noqa: BLE001 - Env.step shows any exception of a tool as its observation
+                counts["tool_errors"] += 1
+                content = f"Error: {exc}"
+        if call.name in TERMINATE_TOOLS:
+            self.transferred = True  # Env.step ends the episode on the call, whatever it returned
+        return {"role": "tool", "name": call.name, "tool_call_id": call.id, "content": cap_result(content)}
 
     # -------------------------------------------------------------------------- reward
 
