@@ -132,6 +132,19 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
     :mod:`agentgym.envs.tau_retail.audit`), and count a required output as said only in a message of
     at most 2,000 characters naming at most 20 distinct numbers. Use it for training.
 
+    ``errors`` (default ``"agentgym"``): how malformed tool calls are answered. By default every
+    call is checked against the tools' schemas first, and a call that fails (an unknown tool, a
+    missing, unexpected or mistyped argument) is answered with agentgym's ``Error: ...`` text and
+    runs nothing. ``"upstream"`` answers them exactly as τ-bench's ``Env.step`` does, for harnesses
+    ported from τ-bench and comparisons with its published runs: ``Unknown action NAME`` for an
+    unknown tool; no type check (an integer ``zip`` is compared, or stored, as an integer);
+    Python's own ``TypeError`` text for arguments that do not bind to τ-bench's ``invoke`` (e.g.
+    ``Error: Calculate.invoke() missing 1 required positional argument: 'expression'``); any
+    exception of a tool as ``Error: <exception>``; ``calculate`` with ``eval``'s results and error
+    texts (``10**400`` is ``Error: int too large to convert to float``); and
+    ``transfer_to_human_agents`` ends the episode even when its call fails. Well-formed calls give
+    the same observations in both modes. See :mod:`agentgym.envs.tau_retail.upstream_errors`.
+
     For ``user="llm"`` only:
 
     - ``user_backend``: the generation backend voicing the customer (anything with ``tokenizer``,
@@ -148,6 +161,8 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
     ## Version History
 
     - v0: initial release (τ-bench retail at commit 59a200c: 500 train, 20 dev, 115 test tasks).
+    - v0: added ``errors="upstream"`` (τ-bench's answers to malformed tool calls); the default is
+      unchanged.
     """
 
     task_family = "tau_retail"

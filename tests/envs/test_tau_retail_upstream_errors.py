@@ -348,6 +348,22 @@ def test_no_bad_argument_raises_out_of_step_in_either_mode():
                 env.reset(seed=turn, options={"task_id": TASK})
 
 
+def test_a_deeply_nested_argument_is_stored_and_nothing_raises_afterwards():
+    # modify_user_address.py stores address1 as given; τ-bench's own to_hashable then overflows the
+    # stack when it hashes the database. Here the customer's replies and the reward go on (failing closed).
+    nested: list = []
+    for _ in range(600):
+        nested = [nested]
+    arguments = {"user_id": "yusuf_rossi_9620", "address1": nested, "address2": "", "city": "a", "state": "b", "country": "c", "zip": "1"}
+    env = _env("upstream", max_turns=3)
+    observation, _, _, _, _ = env.step(format_tool_call("modify_user_address", arguments))
+    assert observation[0]["content"].startswith('{"name": {"first_name": "Yusuf"')
+    observation, _, _, _, _ = env.step("Anything else?")
+    assert observation[0]["role"] == "user"
+    _, reward, _, truncated, info = env.step("Goodbye.")
+    assert truncated and reward == 0.0 and not info["success"]
+
+
 def test_well_formed_calls_are_the_same_in_both_modes():
     # The oracle plays the ground truth, with its refusals: every observation and reward is equal.
     records = []
