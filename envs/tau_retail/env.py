@@ -16,12 +16,14 @@ from agentgym.env import Message, ToolEnv
 from agentgym.envs.tau_retail.audit import solved_by_nothing
 from agentgym.envs.tau_retail.data import RetailDB, read_bundled
 from agentgym.envs.tau_retail.llm_user import LLMCustomer, LLMUser, ResponseCache
-from agentgym.envs.tau_retail.tools import WRITE_TOOLS, RetailTools, replay_ground_truth
+from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, WRITE_TOOLS, RetailTools, replay_ground_truth
+from agentgym.envs.tau_retail.upstream_errors import ERROR_MODES, binding_error, calculate, unknown_action
 from agentgym.envs.tau_retail.users import STOP, USER_MODES, Progress, make_user, target_record
 from agentgym.envs.tau_retail.violations import PolicyViolations, record_owner
 from agentgym.models import GenerationBackend
 from agentgym.parsing import ParsedAction, ToolCall
 from agentgym.records import TauRetailTask
+from agentgym.tools import cap_result
 from agentgym.verifiers import RewardResult
 
 # agentgym split -> τ-bench split
@@ -130,6 +132,19 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
     :mod:`agentgym.envs.tau_retail.audit`), and count a required output as said only in a message of
     at most 2,000 characters naming at most 20 distinct numbers. Use it for training.
 
+    ``errors`` (default ``"agentgym"``): how malformed tool calls are answered. By default every
+    call is checked against the tools' schemas first, and a call that fails (an unknown tool, a
+    missing, unexpected or mistyped argument) is answered with agentgym's ``Error: ...`` text and
+    runs nothing. ``"upstream"`` answers them exactly as τ-bench's ``Env.step`` does, for harnesses
+    ported from τ-bench and comparisons with its published runs: ``Unknown action NAME`` for an
+    unknown tool; no type check (an integer ``zip`` is compared, or stored, as an integer);
+    Python's own ``TypeError`` text for arguments that do not bind to τ-bench's ``invoke`` (e.g.
+    ``Error: Calculate.invoke() missing 1 required positional argument: 'expression'``); any
+    exception of a tool as ``Error: <exception>``; ``calculate`` with ``eval``'s results and error
+    texts (``10**400`` is ``Error: int too large to convert to float``); and
+    ``transfer_to_human_agents`` ends the episode even when its call fails. Well-formed calls give
+    the same observations in both modes. See :mod:`agentgym.envs.tau_retail.upstream_errors`.
+
     For ``user="llm"`` only:
 
     - ``user_backend``: the generation backend voicing the customer (anything with ``tokenizer``,
@@ -146,6 +161,8 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
     ## Version History
 
     - v0: initial release (τ-bench retail at commit 59a200c: 500 train, 20 dev, 115 test tasks).
+    - v0: added ``errors="upstream"`` (τ-bench's answers to malformed tool calls); the default is
+      unchanged.
     """
 
     task_family = "tau_retail"
@@ -162,16 +179,20 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
         user_seed: int = 0,
         user_cache: ResponseCache | str | Path | None = None,
         strict: bool = False,
+        errors: str = "agentgym",
         **kwargs: Any,
     ):
         if user not in USER_MODES:
             raise ValueError(f"user must be one of {', '.join(USER_MODES)}; got {user!r}")
+        if errors not in ERROR_MODES:
+            raise ValueError(f"errors must be one of {', '.join(ERROR_MODES)}; got {errors!r}")
         llm_only = {"user_backend": user_backend, "user_model": user_model, "user_cache": user_cache}
         given = [name for name, value in llm_only.items() if value is not None]
         if user != "llm" and given:
             raise ValueError(f"{', '.join(given)} only apply to user='llm'")
         self.user_mode = user
         self.strict = bool(strict)
+        self.errors = errors
         self.customer = (
             LLMCustomer(backend=user_backend, model=user_model, temperature=user_temperature, seed=user_seed, cache=user_cache) if user == "llm" else None
         )
@@ -228,10 +249,32 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
         # The violation count needs every call that ran, with its observation: the base class counts a call
         # in tool_calls exactly when it passed validation and ran (refusals included).
         ran_before = counts["tool_calls"]
-        message = super()._run_tool(call, counts)
+        message = self._run_tool_as_upstream(call, counts) if self.errors == "upstream" else super()._run_tool(call, counts)
         if counts["tool_calls"] > ran_before:
             self.violations.tool_call(call.name, record_owner(self.db, call.arguments), message["content"])
         return message
+
+    def _run_tool_as_upstream(self, call: ToolCall, counts: dict[str, int]) -> Message:
+        """One call as τ-bench's ``Env.step`` runs it (``errors="upstream"``; see
+        :mod:`agentgym.envs.tau_retail.upstream_errors`): no schema check, its texts for an unknown
+        tool and for arguments that do not bind, any exception shown as ``Error: ...``."""
+        tool = self._tools.get(call.name)
+        if tool is None:
+            counts["format_errors"] += 1
+            content = unknown_action(call.name)
+        elif (problem := binding_error(tool, call.arguments)) is not None:
+            counts["format_errors"] += 1
+            content = f"Error: {problem}"
+        else:
+            counts["tool_calls"] += 1
+            try:
+                content = calculate(**call.arguments) if call.name == "calculate" else tool.fn(self, **call.arguments)
+            except Exception as exc:  # noqa: BLE001 - Env.step shows any exception of a tool as its observation
+                counts["tool_errors"] += 1
+                content = f"Error: {exc}"
+        if call.name in TERMINATE_TOOLS:
+            self.transferred = True  # Env.step ends the episode on the call, whatever it returned
+        return {"role": "tool", "name": call.name, "tool_call_id": call.id, "content": cap_result(content)}
 
     # -------------------------------------------------------------------------- reward
 

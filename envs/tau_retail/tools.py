@@ -83,8 +83,8 @@ class RetailTools:
         Args:
             email: the user's email, compared case-insensitively.
         """
-        wanted = email.lower()
-        return _first_user(self.db, lambda user: user["email"].lower() == wanted)
+        # Lowered per user, as upstream does: the same exception for an argument of another type.
+        return _first_user(self.db, lambda user: user["email"].lower() == email.lower())
 
     @tool
     def find_user_id_by_name_zip(self, first_name: str, last_name: str, zip: str) -> str:
@@ -95,9 +95,15 @@ class RetailTools:
             last_name: compared case-insensitively.
             zip: compared exactly.
         """
-        first, last = first_name.lower(), last_name.lower()
+        # Each part compared only if the ones before matched, as upstream does: with errors="upstream"
+        # a last name of another type raises only on a user whose first name matches.
         return _first_user(
-            self.db, lambda user: user["name"]["first_name"].lower() == first and user["name"]["last_name"].lower() == last and user["address"]["zip"] == zip
+            self.db,
+            lambda user: (
+                user["name"]["first_name"].lower() == first_name.lower()
+                and user["name"]["last_name"].lower() == last_name.lower()
+                and user["address"]["zip"] == zip
+            ),
         )
 
     @tool
@@ -305,7 +311,7 @@ class RetailTools:
         _payment_method(self.db, order, payment_method_id)
         if "gift_card" not in payment_method_id and payment_method_id != order["payment_history"][0]["payment_method_id"]:
             raise ToolError("payment method should be either the original payment method or a gift card")
-        if _missing_item(order, item_ids) is not None:
+        if _missing_item(order, item_ids):
             raise ToolError("some item not found")
         order = self.db.writable("orders", order_id)
         order["status"] = "return requested"
@@ -378,18 +384,19 @@ def _credit(method: Record, amount: float) -> None:
     method["balance"] = round(method["balance"] + amount, 2)
 
 
-def _missing_item(order: Record, item_ids: list[str]) -> str | None:
-    """The first requested id that occurs more often in ``item_ids`` than in the order."""
+def _missing_item(order: Record, item_ids: list[str]) -> tuple[Any, ...]:
+    """The first requested id that occurs more often in ``item_ids`` than in the order, as a
+    1-tuple (``()`` if none): with errors="upstream" that id may be ``None``."""
     held = [item["item_id"] for item in order["items"]]
-    return next((i for i in item_ids if item_ids.count(i) > held.count(i)), None)
+    return next(((i,) for i in item_ids if item_ids.count(i) > held.count(i)), ())
 
 
 def _price_difference(db: RetailDB, order: Record, item_ids: list[str], new_item_ids: list[str]) -> float:
     """New minus old price over the pairs, summed in order from an integer 0 as upstream does
     (the float noise of that sum ends up in the database). Refuses unknown or unavailable items."""
     missing = _missing_item(order, item_ids)
-    if missing is not None:
-        raise ToolError(f"{missing} not found")
+    if missing:
+        raise ToolError(f"{missing[0]} not found")
     if len(item_ids) != len(new_item_ids):
         raise ToolError("the number of items to be exchanged should match")
     difference: float = 0
