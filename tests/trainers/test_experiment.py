@@ -300,7 +300,40 @@ def test_the_command_prints_the_results_and_reports_bad_input(finished, tmp_path
     assert "expected comma-separated integers" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["learning_cpu.yaml", "learning_gpu.yaml", "learning_gpu_135m.yaml"])
+def test_several_configurations_give_one_combined_report(finished, tmp_path, capsys) -> None:
+    import argparse
+
+    from agentgym.cli import experiment
+
+    _, out, summary, path = finished
+    second = tmp_path / "second"
+    shutil.copytree(out, second)
+    (tmp_path / "second.yaml").write_text(path.read_text().replace(str(out), str(second)))
+    parser = argparse.ArgumentParser()
+    experiment.add_parser(parser.add_subparsers())
+    report = tmp_path / "suite.md"
+    args = parser.parse_args(["experiment", str(path), str(tmp_path / "second.yaml"), "--summarize", "--report", str(report)])
+    assert args.run(args) == 0
+    text = report.read_text()
+    assert capsys.readouterr().out.startswith("# Learning suite")
+    delta = summary["delta_grpo_minus_sft"]
+    row = f"{delta['mean'] * 100:+.1f} [{delta['ci'][0] * 100:+.1f}, {delta['ci'][1] * 100:+.1f}]"
+    assert text.count(row) == 2 and f"{out}/results.md" in text and f"{second}/results.md" in text
+    assert text.count(f"## {summary['env_id']}") == 2
+    grpo = summary["arms"]["grpo"]
+    assert f"| grpo | {grpo['success']:.3f} | [{grpo['ci'][0]:.3f}, {grpo['ci'][1]:.3f}] | {grpo['n']} |" in text
+    for bad, message in (
+        (["--summarize", "--output", str(tmp_path / "x")], "each uses its own output_dir"),
+        ([str(tmp_path / "missing.yaml"), "--summarize"], "cannot read"),
+    ):
+        args = parser.parse_args(["experiment", str(path), str(tmp_path / "second.yaml"), *bad])
+        assert args.run(args) == 2
+        assert message in capsys.readouterr().err
+    one = parser.parse_args(["experiment", str(path), "--summarize", "--report", str(report)])
+    assert one.run(one) == 2 and "--report is the combined report" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["learning_cpu.yaml", "learning_gpu.yaml", "learning_gpu_135m.yaml", "learning_mockapi_cpu.yaml"])
 def test_the_shipped_experiment_configs_load(name) -> None:
     from pathlib import Path
 

@@ -13,7 +13,7 @@ import numpy as np
 from agentgym.trainers.diagnostics import save_plot
 from agentgym.trainers.experiment.config import GRPO, SFT
 
-__all__ = ["results_markdown", "write_plots"]
+__all__ = ["results_markdown", "suite_markdown", "write_plots"]
 
 
 def write_plots(summary: Mapping[str, Any], folder: Path) -> list[Path]:
@@ -95,16 +95,7 @@ def results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequence
             + " | ".join(f"{a[f'pass^{k}']:.3f}" for k in range(1, trials + 1))
             + f" | {after} | {a['mean_turns']:.2f} | {a['mean_sampled_tokens']:.1f} |"
         )
-    lines += ["", "Paired differences (same seed, task and environment seed), success:", ""]
-    for key, d in summary.items():
-        if key.startswith("delta_"):
-            name = key.removeprefix("delta_").replace("_minus_", " − ")
-            per_seed = ", ".join(f"{seed}: {value * 100:+.1f}" for seed, value in d.get("per_seed", {}).items())
-            lines.append(
-                f"- **{name}: {d['mean'] * 100:+.1f} pp**, 95% CI [{d['ci'][0] * 100:+.1f}, {d['ci'][1] * 100:+.1f}] pp "
-                f"({d['n_pairs']} pairs over {d['tasks']} tasks; better in {d['wins']}, worse in {d['losses']}; {d['interval']})"
-                + (f"; per seed {per_seed}" if per_seed else "")
-            )
+    lines += ["", *_delta_lines(summary)]
     templates = sorted({t for a in arms.values() for t in a["per_template"]})
     if len(templates) > 1:
         lines += ["", "Success per task family:", "", "| family | n per arm | " + " | ".join(arms) + " |", "|---|---|" + "---|" * len(arms)]
@@ -123,6 +114,21 @@ def results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequence
         lines += ["", "Wall time per phase (all seeds): " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in totals.items()) + "."]
     lines += ["", *_examples(episodes)]
     return "\n".join(lines) + "\n"
+
+
+def _delta_lines(summary: Mapping[str, Any]) -> list[str]:
+    """The paired differences of a summary, one bullet each."""
+    lines = ["Paired differences (same seed, task and environment seed), success:", ""]
+    for key, d in summary.items():
+        if key.startswith("delta_"):
+            name = key.removeprefix("delta_").replace("_minus_", " − ")
+            per_seed = ", ".join(f"{seed}: {value * 100:+.1f}" for seed, value in d.get("per_seed", {}).items())
+            lines.append(
+                f"- **{name}: {d['mean'] * 100:+.1f} pp**, 95% CI [{d['ci'][0] * 100:+.1f}, {d['ci'][1] * 100:+.1f}] pp "
+                f"({d['n_pairs']} pairs over {d['tasks']} tasks; better in {d['wins']}, worse in {d['losses']}; {d['interval']})"
+                + (f"; per seed {per_seed}" if per_seed else "")
+            )
+    return lines
 
 
 def _protocol_lines(summary: Mapping[str, Any]) -> list[str]:
@@ -170,3 +176,45 @@ def _examples(episodes: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
             lines += [f"[{m['role']}] {m['content'][:400]}" for m in row["messages"]]
             lines += ["```", ""]
     return lines if shown else []
+
+
+def suite_markdown(summaries: Mapping[Path, Mapping[str, Any]]) -> str:
+    """The combined report of several experiments (one per environment, by results folder): per
+    environment its arms' success, the paired differences against SFT, and what the behaviour
+    did (turns, malformed calls, success after a fault); each links its own ``results.md`` for
+    curves and trajectories."""
+    lines = ["# Learning suite", ""]
+    lines += [
+        "| environment | run | seeds | episodes per arm | GRPO − SFT (pp, 95% CI) | seeds where GRPO lost > 2 pp | wall time | results |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for out, summary in summaries.items():
+        delta = summary.get(f"delta_{GRPO}_minus_sft")
+        lost = [seed for seed, value in (delta or {}).get("per_seed", {}).items() if value < -0.02]
+        lines.append(
+            f"| {summary['env_id']} | {summary.get('run', 'reported')} | {summary['seeds']} | {summary['evaluation']['episodes_per_model']} | "
+            + (f"{delta['mean'] * 100:+.1f} [{delta['ci'][0] * 100:+.1f}, {delta['ci'][1] * 100:+.1f}]" if delta else "–")
+            + f" | {', '.join(lost) or 'none'} | {summary['wall_seconds'] / 60:.1f} min | [{out}/results.md]({out / 'results.md'}) |"
+        )
+    for out, summary in summaries.items():
+        arms = summary["arms"]
+        lines += [
+            "",
+            f"## {summary['env_id']}",
+            "",
+            f"Commit {', '.join(f'`{c}`' for c in summary['commits']) or 'unknown'}; details in `{out / 'results.md'}`.",
+            "",
+        ]
+        lines += [
+            "| arm | success | 95% CI | n | per seed | malformed calls per turn | success after a fault | turns | sampled tokens |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for arm, a in arms.items():
+            after = "–" if a["success_after_a_fault"] is None else f"{a['success_after_a_fault']:.3f}"
+            lines.append(
+                f"| {arm} | {a['success']:.3f} | [{a['ci'][0]:.3f}, {a['ci'][1]:.3f}] | {a['n']} | {', '.join(f'{v:.2f}' for v in a['per_seed'].values())} | "
+                f"{a['format_errors_per_turn']:.3f} | {after} | {a['mean_turns']:.2f} | {a['mean_sampled_tokens']:.1f} |"
+            )
+        lines.append("")
+        lines += _delta_lines(summary)
+    return "\n".join(lines) + "\n"
