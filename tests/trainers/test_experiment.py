@@ -333,7 +333,7 @@ def test_several_configurations_give_one_combined_report(finished, tmp_path, cap
     assert one.run(one) == 2 and "--report is the combined report" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["learning_cpu.yaml", "learning_gpu.yaml", "learning_gpu_135m.yaml", "learning_mockapi_cpu.yaml"])
+@pytest.mark.parametrize("name", ["learning_cpu.yaml", "learning_gpu.yaml", "learning_gpu_135m.yaml", "learning_mockapi_cpu.yaml", "learning_refund_cpu.yaml"])
 def test_the_shipped_experiment_configs_load(name) -> None:
     from pathlib import Path
 
@@ -341,9 +341,10 @@ def test_the_shipped_experiment_configs_load(name) -> None:
     config = load_experiment(path)
     assert len(config.seeds) >= 3 and config.evaluation.trials >= 2 and config.ablations
     # Demonstrations without faults, otherwise shown as evaluation shows the tasks (the same schema, say).
-    assert config.training["sft"]["env_kwargs"] == {**config.evaluation.env_kwargs, "fault_rate": 0.0}
+    faults = {"fault_rate": 0.0} if "fault_rate" in config.evaluation.env_kwargs else {}
+    assert config.training["sft"].get("env_kwargs", {}) == {**config.evaluation.env_kwargs, **faults}
     # GRPO sees what evaluation sees, except that it may cap a streak of faults (a retry then runs).
-    rollout_kwargs = dict(config.training["rollout"]["env_kwargs"])
+    rollout_kwargs = dict(config.training["rollout"].get("env_kwargs", {}))
     assert rollout_kwargs.pop("max_consecutive_faults", 1) == 1
     assert config.evaluation.env_kwargs == rollout_kwargs
 
