@@ -160,3 +160,27 @@ def test_evaluation_leaves_infra_errors_out_of_its_rates_and_counts_them(default
         "infra_retried": 0,
         "stop_reasons": {"infra_error": 4},
     }
+
+
+def test_the_eval_command_takes_the_number_of_retries(default_tokenizer, monkeypatch, capsys) -> None:
+    import argparse
+    import json
+
+    from agentgym.cli import evaluate as command
+
+    monkeypatch.setattr(command, "model_backend", lambda args: SaysHello(default_tokenizer))
+    parser = argparse.ArgumentParser()
+    command.add_parser(parser.add_subparsers())
+    counts = {}
+    for retries in ("0", "1"):
+        FlakyMachineryEnv.failures.clear()
+        args = parser.parse_args(
+            ["eval", FLAKY_ENV, "--task-ids", "fine", "flaky", "machinery", "--infra-retries", retries, "--max-new-tokens", "8", "--json", "-q"]
+        )
+        assert args.run(args) == 0
+        summary = json.loads(capsys.readouterr().out)
+        counts[retries] = (summary["infra_errors"], summary["infra_retried"])
+    assert counts == {"0": (2, 0), "1": (1, 2)}  # one more try saves "flaky"; "machinery" always fails
+    with pytest.raises(SystemExit):
+        parser.parse_args(["eval", FLAKY_ENV, "--infra-retries", "-1"])
+    assert "must be at least 0" in capsys.readouterr().err

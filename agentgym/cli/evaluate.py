@@ -48,6 +48,13 @@ def add_parser(commands: Any) -> None:
     )
     p.add_argument("--base-url", help="server API root for --backend openai, e.g. http://127.0.0.1:8000/v1")
     p.add_argument("--device", default="auto", help="device for --backend hf: auto, cpu, cuda, cuda:1 ... (default auto)")
+    p.add_argument(
+        "--infra-retries",
+        type=_non_negative_int,
+        default=1,
+        help="times an episode the machinery failed under (a dead sandbox server, a lost connection) is played again with the same seeds; "
+        "one that still fails is left out of the rates and counted as an infra error (default 1)",
+    )
     p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
     p.add_argument("--out", help="write the episodes with their token ids and loss masks: JSON lines, or Parquet for .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -107,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"agentgym: resuming: {len(earlier)} of {config.num_episodes} episodes are already in {args.out}", file=sys.stderr)
         with ProgressReport(enabled=not args.quiet) as progress:
             try:
-                result = evaluate(backend, config, progress=progress.episodes(), on_episode=keep, earlier=earlier)
+                result = evaluate(backend, config, progress=progress.episodes(), on_episode=keep, earlier=earlier, infra_retries=args.infra_retries)
             except (ModelLoadError, BackendError) as exc:
                 raise CLIError(str(exc)) from None
     except KeyboardInterrupt:
@@ -151,6 +158,16 @@ def _report_interrupted(finished: list[Episode], config: RolloutConfig, args: ar
     console.print(f"agentgym: interrupted: {len(finished)} of {config.num_episodes} episodes finished{kept}", highlight=False)
     if finished:
         print_report({"env": args.env, "policy": backend_name, "split": args.split, **eval_metrics(finished)}, console)
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
 
 
 def _non_negative_float(text: str) -> float:
