@@ -431,8 +431,8 @@ class TrainConfig:
             (``bfloat16`` halves memory but loses small updates).
         autocast: ``bf16`` runs matrix products in bfloat16 over float32 master weights (rollouts,
             evaluation and training alike); ``off`` computes in the weights' dtype; ``auto`` is
-            ``bf16`` on CUDA and ``off`` elsewhere (on CPUs with AVX512-BF16 or AMX, ``bf16`` about
-            halves the time of a training step).
+            ``bf16`` on CUDA and on CPUs with AVX512-BF16 or AMX (where it about halves the time of a
+            training step) and ``off`` elsewhere (emulated bf16 is many times slower than float32).
         ref_device: device of the frozen reference model (not ``auto``); ``None`` means ``device``.
         seed: the seed every random choice derives from.
         output_dir: the run folder (config, metrics, plots, checkpoints, report, model).

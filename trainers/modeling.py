@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ __all__ = [
     "autocast",
     "backward_by_row",
     "clip_and_step",
+    "cpu_has_native_bf16",
     "is_lora",
     "load_policy",
     "make_optimizer",
@@ -136,10 +138,28 @@ def load_policy(
     return policy, tokenizer
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU multiplies bfloat16 natively (AVX512-BF16 or AMX). Without either, PyTorch
+    emulates bfloat16 products: on an AVX2-only AMD EPYC a training step's forward and backward took
+    18x the time of float32 (one thread, 1,024 tokens: 421 s against 23.5 s)."""
+    checks = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+    return any(check() for check in checks if check is not None)
+
+
 def autocast(device: torch.device, mode: str = "auto") -> AbstractContextManager[Any]:
     """bf16 autocast (float32 master weights, bf16 matrix products) for ``mode="bf16"``, and for
-    ``"auto"`` on CUDA; nothing for ``"off"``."""
-    if mode == "bf16" or (mode == "auto" and device.type == "cuda"):
+    ``"auto"`` on CUDA and on CPUs with native bfloat16 (:func:`cpu_has_native_bf16`); nothing for
+    ``"off"`` or ``"auto"`` elsewhere. ``"bf16"`` on a CPU without native bfloat16 runs, with a
+    warning that it is many times slower than ``"off"``."""
+    if mode == "bf16" and device.type == "cpu" and not cpu_has_native_bf16():
+        warnings.warn(
+            "autocast: bf16 on a CPU without native bfloat16 (AVX512-BF16 or AMX): its products are emulated, "
+            "many times slower than float32 (18x measured on an AVX2 CPU); autocast: auto picks float32 here",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    native = device.type == "cuda" or (device.type == "cpu" and cpu_has_native_bf16())
+    if mode == "bf16" or (mode == "auto" and native):
         # No cast cache: it keeps the bf16 copies of the weights until the context exits, and the
         # context spans the whole run, so every step after the first would see the first weights.
         return torch.autocast(device_type=device.type, dtype=torch.bfloat16, cache_enabled=False)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import warnings
+from unittest import mock
 
 import pytest
 import torch
@@ -172,6 +174,21 @@ def test_bf16_autocast_sees_every_weight_update() -> None:
     assert not torch.equal(before, after)
     with autocast(torch.device("cpu"), "off"):
         assert layer(x).dtype == torch.float32
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_autocast_uses_bf16_only_where_the_cpu_has_it(monkeypatch, native) -> None:
+    from agentgym.trainers import modeling
+
+    monkeypatch.setattr(modeling, "cpu_has_native_bf16", lambda: native)
+    layer, x = torch.nn.Linear(4, 4), torch.ones(1, 4)
+    with modeling.autocast(torch.device("cpu"), "auto"):
+        assert layer(x).dtype == (torch.bfloat16 if native else torch.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with modeling.autocast(torch.device("cpu"), "bf16"):
+            assert layer(x).dtype == torch.bfloat16  # asked for, so given
+    assert [str(w.message) for w in caught if "without native bfloat16" in str(w.message)] == ([] if native else [mock.ANY])
 
 
 def _loss_and_grads(model: LlamaForCausalLM, batch: TensorBatch) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
