@@ -346,7 +346,8 @@ def grpo_update(
         ``policy/ratio_mean`` (token means over every forward pass), ``optim/grad_norm`` (mean
         before clipping), ``optim/lr``, ``optim/updates``, ``batch/trajectories`` (after filtering),
         ``batch/loss_tokens``, ``groups/degenerate``, ``groups/infra_dropped`` (groups left out for an
-        infra error) and ``advantage/abs_mean``.
+        infra error) and ``advantage/abs_mean`` (over loss tokens with step-level credit, which
+        adds ``advantage/step_groups`` and ``advantage/grouped_turn_fraction``).
     """
     device = next(policy.parameters()).device
     intact = intact_groups([e.infra_error for e in episodes], group_size)
