@@ -273,18 +273,9 @@ def test_a_finished_run_keeps_one_model_and_reports_its_folder_size(tiny_model_d
 def test_dynamic_sampling_on_the_outcome_and_step_level_credit_run_from_a_yaml_file(tiny_model_dir, tmp_path, monkeypatch) -> None:
     """Both exploration options through a YAML file: extra rollout rounds while groups' outcomes do
     not vary (bounded, logged), and per-turn advantages in the update."""
-    from letters_env import LettersEnv
+    from letters_env import LettersEnv, split_verdict
 
-    from agentgym.verifiers.result import RewardResult
-
-    # A verdict that some groups' members split on (the untrained model never submits the word),
-    # and a shaped reward that varies in every group.
-    def compute_reward(self) -> RewardResult:
-        text = " ".join(self._said)
-        passed = len(text) % 4 == 0
-        return RewardResult(0.5 * passed + 0.001 * len(text), "toy", {}, passed)
-
-    monkeypatch.setattr(LettersEnv, "compute_reward", compute_reward)
+    monkeypatch.setattr(LettersEnv, "compute_reward", split_verdict)
     path = tmp_path / "explore.yaml"
     path.write_text(
         f"env_id: {TOY_ENV}\nmodel: {tiny_model_dir}\ndevice: cpu\noutput_dir: {tmp_path / 'run'}\n"
