@@ -31,7 +31,7 @@ import pydantic.dataclasses
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from agentgym.episode import RolloutSettings
-from agentgym.trainers.grpo import LossAgg
+from agentgym.trainers.grpo import DegenerateBy, LossAgg
 
 __all__ = [
     "CheckpointSection",
@@ -280,6 +280,17 @@ class GRPOSection:
             ``seq-mean-token-sum-norm`` (Dr. GRPO).
         scale_by_std: divide advantages by the group's reward std (False: Dr. GRPO).
         filter_degenerate: drop groups whose rewards are all equal before the update.
+        degenerate_by: what must differ within a group for ``filter_degenerate`` to keep it:
+            ``reward`` (the shaped reward) or ``success`` (the task's raw outcome, the
+            environment's verdict; DAPO's dynamic sampling on the outcome).
+        resample_rounds: DAPO dynamic sampling: while fewer than ``rollout.num_tasks`` groups
+            survive ``filter_degenerate``, roll out another ``rollout.num_tasks`` tasks, at most
+            this many extra rounds per step; the update then takes the first ``num_tasks``
+            surviving groups, or all there are. 0 rolls out once.
+        step_advantage_weight: weight ``w`` of GiGPO's step-level advantage: the tokens of a turn
+            get ``A_i + w * A^S`` (see :mod:`agentgym.trainers.credit`); 0 gives every token its
+            episode's advantage, as plain GRPO.
+        step_discount: discount ``gamma`` of the return from each turn in the step advantage.
         mask_truncated: give no loss to trajectories cut by the token budget.
         train_on_env_tokens: ablation of the loss mask: the loss also covers the environment's tokens
             after the prompt (tool output, user turns, template glue), as a trainer that masks only
@@ -299,6 +310,10 @@ class GRPOSection:
     loss_agg: LossAgg = "seq-mean-token-mean"
     scale_by_std: bool = True
     filter_degenerate: bool = False
+    degenerate_by: DegenerateBy = "reward"
+    resample_rounds: Annotated[int, Field(ge=0)] = 0
+    step_advantage_weight: Annotated[float, Field(ge=0)] = 0.0
+    step_discount: Annotated[float, Field(gt=0, le=1)] = 0.95
     mask_truncated: bool = False
     train_on_env_tokens: bool = False
     old_logprobs: Literal["recompute", "sampling"] = "recompute"
@@ -481,6 +496,15 @@ def _combination_problems(c: TrainConfig) -> list[str]:
         (
             not c.grpo.train_on_env_tokens or c.grpo.old_logprobs == "recompute",
             "grpo.train_on_env_tokens needs grpo.old_logprobs='recompute' (there are no sampling logprobs for environment tokens)",
+        ),
+        (
+            c.grpo.filter_degenerate or (c.grpo.resample_rounds == 0 and c.grpo.degenerate_by == "reward"),
+            "grpo.resample_rounds and grpo.degenerate_by need grpo.filter_degenerate: true (they choose which groups it drops and how many are drawn)",
+        ),
+        (
+            c.grpo.step_advantage_weight == 0 or not c.rollout.distinct_env_seeds,
+            "grpo.step_advantage_weight does not go with rollout.distinct_env_seeds: members of a group with their own "
+            "environment seeds never share a state, so there is no step-level group",
         ),
         (c.eval.patience is None or c.eval.every >= 1, "eval.patience needs eval.every >= 1 (early stopping compares periodic evaluations)"),
         (c.eval.enabled or c.eval.every == 0, "eval.every needs eval.enabled"),

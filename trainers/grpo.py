@@ -2,16 +2,26 @@
 
 Notation: a batch holds ``B`` trajectories padded to ``T`` tokens. ``m_it`` is the loss mask (1 on
 tokens the model sampled, 0 on prompt, tool output, chat-template glue and padding), ``A_i`` the
-advantage of trajectory ``i``, shared by all of its tokens.
+advantage of trajectory ``i``, shared by all of its tokens, or ``A_it`` one per token (step-level
+credit gives each turn's tokens that turn's advantage; ``A_i`` is ``A_it`` constant over ``t``).
 
 Advantages (per group of ``G`` samples of one task)::
 
     A_i = (r_i - mean(r)) / (std(r) + eps)        scale_by_std=True   (GRPO)
     A_i =  r_i - mean(r)                          scale_by_std=False  (Dr. GRPO)
 
+Step-level advantages (GiGPO, arXiv 2505.10978), for turn ``t`` of trajectory ``i`` taken from
+anchor state ``s``, with terminal reward ``r_i`` after ``n_i`` turns and discount ``gamma``::
+
+    R_it = gamma^(n_i - 1 - t) * r_i                           discounted return from turn t
+    A^S_it = (R_it - mean(R_S)) / (std(R_S) + eps)               R_S: the returns of every turn of the
+                                                                 group taken from state s (or only
+                                                                 minus the mean, scale_by_std=False)
+    A_it = A_i + w * A^S_it                                      w = step_advantage_weight
+
 Per-token loss, with ratio ``rho_it = exp(logp_it - old_logp_it)`` (PPO-clip, pessimistic bound)::
 
-    pg_it = max(-A_i * rho_it, -A_i * clip(rho_it, 1 - clip_eps, 1 + clip_eps_high))
+    pg_it = max(-A_it * rho_it, -A_it * clip(rho_it, 1 - clip_eps, 1 + clip_eps_high))
     kl_it = exp(ref_it - logp_it) - (ref_it - logp_it) - 1          (K3 estimator, >= 0)
     l_it  = pg_it + kl_coef * kl_it
 
@@ -35,13 +45,15 @@ since its default, the padded width ``T``, differs between micro-batches.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from typing import Literal, cast, get_args
 
 import torch
 
 LossAgg = Literal["seq-mean-token-mean", "token-mean", "seq-mean-token-sum-norm"]
 LOSS_AGGS: tuple[str, ...] = get_args(LossAgg)
+# What must differ within a group for it to carry a signal: the shaped reward or the raw outcome.
+DegenerateBy = Literal["reward", "success"]
 
 
 def masked_grpo_loss(
@@ -68,7 +80,8 @@ def masked_grpo_loss(
         logprobs: [B, T] log-probabilities of the sampled tokens under the current policy.
         old_logprobs: [B, T] the same under the policy that generated the rollouts.
         ref_logprobs: [B, T] the same under the frozen reference model, or None for no KL term.
-        advantages: [B] one advantage per trajectory.
+        advantages: [B] one advantage per trajectory, or [B, T] one per token (values at masked
+            positions are ignored); a [B] tensor is the [B, T] one constant over each row.
         loss_mask: [B, T] 1 (or True) on model-generated tokens, 0 elsewhere.
         clip_eps: lower clip range: ratios below ``1 - clip_eps`` are clipped.
         clip_eps_high: upper clip range (DAPO clip-higher); defaults to ``clip_eps``.
@@ -109,7 +122,9 @@ def masked_grpo_loss(
     # gradient (a 0 * NaN product would poison the sum; masked_fill passes back zero gradient).
     logprobs = logprobs.masked_fill(~mask, 0.0)
     old_logprobs = old_logprobs.detach().masked_fill(~mask, 0.0)
-    advantages = advantages.detach().to(logprobs.dtype)[:, None]  # [B, 1], broadcast over tokens
+    advantages = advantages.detach().to(logprobs.dtype)
+    # [B] broadcasts over tokens as [B, 1]; a [B, T] tensor gets neutral values at masked positions.
+    advantages = advantages[:, None] if advantages.dim() == 1 else advantages.masked_fill(~mask, 0.0)
 
     ratio = torch.exp(logprobs - old_logprobs)
     pg_unclipped = -advantages * ratio
@@ -210,6 +225,68 @@ def group_advantages(
     return advantages, stats
 
 
+def terminal_returns(reward: float, num_turns: int, gamma: float) -> list[float]:
+    """Discounted return from each turn of an episode whose only reward is its final one:
+    ``R_t = gamma^(num_turns - 1 - t) * reward`` (agentgym rewards the episode at its end).
+
+    Raises:
+        ValueError: on a negative turn count or ``gamma`` outside (0, 1].
+    """
+    if not 0 < gamma <= 1:
+        raise ValueError(f"gamma must be in (0, 1], got {gamma}")
+    if num_turns < 0:
+        raise ValueError(f"num_turns must be >= 0, got {num_turns}")
+    return [gamma ** (num_turns - 1 - t) * float(reward) for t in range(num_turns)]
+
+
+def step_advantages(
+    returns: Sequence[float], anchors: Sequence[Hashable], *, scale_by_std: bool = True, eps: float = 1e-6
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Step-level advantages (GiGPO): each turn's return relative to the turns taken from the same state.
+
+    Turns with equal ``anchors`` form a step-level group; within it each return minus the group's
+    mean, optionally over its unbiased std, as :func:`group_advantages` does for episodes. A turn
+    alone at its anchor, or in a group whose returns are all equal, gets exactly 0.
+
+    Args:
+        returns: [S] the discounted return from each turn (:func:`terminal_returns`).
+        anchors: [S] the state each turn was taken from; equal values are the same state (callers
+            include whatever must also match, e.g. the episode group).
+        scale_by_std: divide by the step group's ``std + eps``; False keeps the raw difference.
+        eps: added to the std before dividing.
+
+    Returns:
+        ``(advantages [S], stats)`` where stats holds ``step_groups`` (anchors shared by two or
+        more turns) and ``grouped_turn_fraction`` (share of turns in such a group; NaN with no turn).
+
+    Raises:
+        ValueError: on lengths that differ, a non-finite return or a negative ``eps``.
+    """
+    if not eps >= 0:
+        raise ValueError(f"eps must be >= 0, got {eps}")
+    values = torch.as_tensor([float(r) for r in returns], dtype=torch.float64)
+    if len(anchors) != values.numel():
+        raise ValueError(f"{values.numel()} returns but {len(anchors)} anchors")
+    if not bool(torch.isfinite(values).all()):
+        raise ValueError("returns must be finite")
+    members: dict[Hashable, list[int]] = {}
+    for index, anchor in enumerate(anchors):
+        members.setdefault(anchor, []).append(index)
+    advantages = torch.zeros_like(values)
+    grouped = [rows for rows in members.values() if len(rows) > 1]
+    for rows in grouped:
+        group = values[rows]
+        if bool((group == group[0]).all()):
+            continue  # no comparison to learn from: exactly 0, not rounding noise over eps
+        centred = group - group.mean()
+        advantages[rows] = centred / (group.std() + eps) if scale_by_std else centred
+    stats = {
+        "step_groups": float(len(grouped)),
+        "grouped_turn_fraction": sum(len(rows) for rows in grouped) / values.numel() if values.numel() else float("nan"),
+    }
+    return advantages.to(torch.float32), stats
+
+
 def filter_degenerate_groups(rewards: torch.Tensor | Sequence[float], group_size: int) -> torch.Tensor:
     """Indices of the samples in groups whose rewards are not all equal (DAPO dynamic sampling).
 
@@ -284,8 +361,8 @@ def _check_inputs(
         if not isinstance(tensor, torch.Tensor) or tensor.shape != logprobs.shape:
             raise ValueError(f"{name} must have the shape of logprobs {tuple(logprobs.shape)}, got {_shape(tensor)}")
     batch = logprobs.shape[0]
-    if not isinstance(advantages, torch.Tensor) or advantages.shape != (batch,):
-        raise ValueError(f"advantages must have shape ({batch},), one per trajectory, got {_shape(advantages)}")
+    if not isinstance(advantages, torch.Tensor) or advantages.shape not in ((batch,), logprobs.shape):
+        raise ValueError(f"advantages must have shape ({batch},), one per trajectory, or {tuple(logprobs.shape)}, one per token, got {_shape(advantages)}")
     return _check_mask(loss_mask)
 
 

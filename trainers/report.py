@@ -130,8 +130,10 @@ def _training_rollouts(steps: Sequence[Mapping[str, float]], config: TrainConfig
 
     span = "step 1" if window == 1 else f"steps 1-{window}"
     end = f"step {len(steps)}" if window == 1 else f"steps {len(steps) - window + 1}-{len(steps)}"
+    episodes = config.rollout.num_tasks * config.rollout.group_size
+    per_step = f"{episodes}-{episodes * (config.grpo.resample_rounds + 1)}" if config.grpo.resample_rounds else str(episodes)  # dynamic sampling
     return (
-        f"GRPO training rollouts (temperature {config.rollout.temperature:g}, {config.rollout.num_tasks * config.rollout.group_size} "
+        f"GRPO training rollouts (temperature {config.rollout.temperature:g}, {per_step} "
         f"episodes a step): success rate {mean(first, 'episode/success_rate'):.3f} ({span}) -> "
         f"{mean(last, 'episode/success_rate'):.3f} ({end}), mean reward {mean(first, 'reward/mean'):.3f} -> "
         f"{mean(last, 'reward/mean'):.3f}."

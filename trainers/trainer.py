@@ -50,6 +50,7 @@ from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.seeding import derive_seed, stream_rng
 from agentgym.trainers.checkpoint import folder_bytes, latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
+from agentgym.trainers.credit import token_advantages
 from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
 from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, intact_groups, loss_normalizer, masked_grpo_loss
 from agentgym.trainers.modeling import (
@@ -66,6 +67,7 @@ from agentgym.trainers.modeling import (
     token_logprobs,
 )
 from agentgym.trainers.report import write_report
+from agentgym.trainers.sampling import dynamic_sample, outcome_signal
 from agentgym.trainers.sft import demonstration_records, demonstration_trajectories, sft_batch_indices, sft_update
 
 if TYPE_CHECKING:
@@ -78,7 +80,7 @@ if TYPE_CHECKING:
 __all__ = ["RunState", "TrainResult", "grpo_update", "step_tasks", "train"]
 
 # Independent random streams, all derived from config.seed.
-_TASKS, _EVAL, _ROLLOUT, _SHUFFLE, _SFT, _LORA = range(1, 7)
+_TASKS, _EVAL, _ROLLOUT, _SHUFFLE, _SFT, _LORA, _RESAMPLE = range(1, 8)
 
 
 @dataclass
@@ -233,13 +235,16 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
                 restore_checkpoint(checkpoint, model=policy, optimizer=optimizer, scheduler=scheduler)
             display.phase("GRPO", g.steps, state.step)
             while state.step < g.steps and not state.stopped_early:
-                # Rollouts: the policy samples group_size episodes of each of this step's tasks.
-                rollout = rollout_config(
-                    config,
-                    step_tasks(train_pool, config.rollout.num_tasks, derive_seed(seed, _TASKS), state.step),
-                    seed=derive_seed(seed, _ROLLOUT, state.step),
-                )
-                episodes = run_rollouts(_backend(policy, tokenizer, config), rollout, progress=display.episodes("rollouts"))
+                # Rollouts: the policy samples group_size episodes of each of this step's tasks
+                # (with resample_rounds, more rounds of fresh tasks while groups lack a signal).
+                play = partial(_play_round, _backend(policy, tokenizer, config), config, train_pool, state.step, display)
+                if g.resample_rounds:
+                    episodes, drawn, sampling = dynamic_sample(
+                        play, extra_rounds=g.resample_rounds, num_groups=config.rollout.num_tasks, group_size=config.rollout.group_size, by=g.degenerate_by
+                    )
+                else:
+                    episodes = drawn = play(0)
+                    sampling = {}
                 # Rewards -> advantages -> several epochs of clipped updates.
                 update = grpo_update(
                     policy,
@@ -257,7 +262,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
                 )
                 _advance_schedule(scheduler, updates_per_step - int(update["optim/updates"]))
                 state.step += 1
-                metrics = {**rollout_metrics(episodes), **update}
+                metrics = {**rollout_metrics(drawn), **sampling, **update}
                 logger.log("grpo", _global_step(config, state), state.step, metrics)
                 for warning in monitor.update(state.step, metrics):
                     state.warnings.append(warning)
@@ -341,7 +346,8 @@ def grpo_update(
         ``policy/ratio_mean`` (token means over every forward pass), ``optim/grad_norm`` (mean
         before clipping), ``optim/lr``, ``optim/updates``, ``batch/trajectories`` (after filtering),
         ``batch/loss_tokens``, ``groups/degenerate``, ``groups/infra_dropped`` (groups left out for an
-        infra error) and ``advantage/abs_mean``.
+        infra error) and ``advantage/abs_mean`` (over loss tokens with step-level credit, which
+        adds ``advantage/step_groups`` and ``advantage/grouped_turn_fraction``).
     """
     device = next(policy.parameters()).device
     intact = intact_groups([e.infra_error for e in episodes], group_size)
@@ -351,7 +357,7 @@ def grpo_update(
     episodes = [episodes[int(i)] for i in intact]
     rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
     advantages, adv_stats = group_advantages(rewards, group_size, scale_by_std=g.scale_by_std)
-    keep = filter_degenerate_groups(rewards, group_size) if g.filter_degenerate else torch.arange(len(episodes))
+    keep = filter_degenerate_groups(outcome_signal(episodes, g.degenerate_by), group_size) if g.filter_degenerate else torch.arange(len(episodes))
     metrics: dict[str, float] = {**dropped, "groups/degenerate": adv_stats["degenerate_groups"], "batch/trajectories": float(len(keep))}
     if len(keep) == 0:  # nothing to learn from; the schedule does not advance either
         return {**metrics, "optim/updates": 0.0}
@@ -367,7 +373,12 @@ def grpo_update(
         cut = torch.tensor([e.stop_reason == "token_budget" for e in kept], device=device)
         batch = replace(batch, loss_mask=batch.loss_mask & ~cut[:, None])
     metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
-    metrics["advantage/abs_mean"] = float(advantages.abs().mean())
+    if g.step_advantage_weight > 0:  # GiGPO: each turn's tokens get A_i + w * A^S of their turn
+        advantages, step_stats = token_advantages(
+            kept, advantages, group_size, batch.input_ids.shape[1], weight=g.step_advantage_weight, gamma=g.step_discount, scale_by_std=g.scale_by_std
+        )
+        metrics.update({f"advantage/{k}": v for k, v in step_stats.items()})
+    metrics["advantage/abs_mean"] = float(advantages.abs().mean() if advantages.dim() == 1 else advantages.abs()[batch.loss_mask].mean())
 
     plan = _minibatches(len(kept), group_size, g, shuffle_seed)
     micro = g.micro_batch_size
@@ -404,7 +415,7 @@ def grpo_update(
                     _grpo_loss,
                     old=None if old_logprobs is None else old_logprobs[index, :width],
                     ref=None if ref_logprobs is None else ref_logprobs[index, :width],
-                    advantages=advantages[index],
+                    advantages=advantages[index] if advantages.dim() == 1 else advantages[index, :width],
                     loss_mask=sub.loss_mask,
                     g=g,
                     normalizer=normalizer,
@@ -507,6 +518,18 @@ def step_tasks(pool: Sequence[str], num_tasks: int, seed: int, step: int) -> lis
         order = stream_rng(seed, epoch).permutation(len(pool))
         out.append(pool[int(order[position])])
     return out
+
+
+def _play_round(backend: Any, config: TrainConfig, pool: Sequence[str], step: int, display: ProgressReport, round_: int) -> list[Episode]:
+    """Round ``round_`` of GRPO step ``step``'s rollouts: round 0 is the step's own tasks; the
+    extra rounds of dynamic sampling draw theirs from a stream of their own, so later steps' tasks
+    and seeds stay what they are without it."""
+    num_tasks, seed = config.rollout.num_tasks, config.seed
+    if round_ == 0:
+        tasks, rollout_seed = step_tasks(pool, num_tasks, derive_seed(seed, _TASKS), step), derive_seed(seed, _ROLLOUT, step)
+    else:
+        tasks, rollout_seed = step_tasks(pool, num_tasks, derive_seed(seed, _RESAMPLE, step), round_ - 1), derive_seed(seed, _ROLLOUT, step, round_)
+    return run_rollouts(backend, rollout_config(config, tasks, seed=rollout_seed), progress=display.episodes("rollouts"))
 
 
 def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, evaluation: bool = False) -> RolloutConfig:

@@ -69,6 +69,15 @@ class LettersEnv(ToolEnv):
         return {**super().policies(), "oracle": LettersOracle}
 
 
+def split_verdict(self: LettersEnv) -> RewardResult:
+    """A reward for tests that need outcomes to differ within groups: the untrained model never
+    submits the word, but the length of what it says passes this verdict in some members of a
+    group and not in others; the shaped reward also varies with that length."""
+    text = " ".join(self._said)
+    passed = len(text) % 4 == 0
+    return RewardResult(0.5 * passed + 0.001 * len(text), "toy", {}, passed)
+
+
 class LettersOracle:
     """Says the word, then submits it."""
 

@@ -8,7 +8,7 @@ import statistics
 import pytest
 import torch
 
-from agentgym.trainers.grpo import LOSS_AGGS, filter_degenerate_groups, group_advantages, loss_normalizer, masked_grpo_loss
+from agentgym.trainers.grpo import LOSS_AGGS, filter_degenerate_groups, group_advantages, loss_normalizer, masked_grpo_loss, step_advantages, terminal_returns
 
 DTYPE = torch.float64
 
@@ -31,8 +31,9 @@ def random_batch(seed: int, batch: int = 6, width: int = 9, empty_row: bool = Fa
 
 
 def reference_loss(b, *, clip_eps, clip_eps_high, kl_coef, loss_agg, max_len, use_ref=True) -> float:
-    """The module docstring's formulas, one token at a time in Python floats."""
+    """The module docstring's formulas, one token at a time in Python floats ([B] or [B, T] advantages)."""
     logp, old, ref, adv, mask = (b[k].tolist() for k in ("logprobs", "old", "ref", "advantages", "mask"))
+    per_token = b["advantages"].dim() == 2
     high = clip_eps if clip_eps_high is None else clip_eps_high
     total, sequences, tokens = 0.0, 0, 0
     for i in range(len(logp)):
@@ -42,7 +43,8 @@ def reference_loss(b, *, clip_eps, clip_eps_high, kl_coef, loss_agg, max_len, us
                 continue
             ratio = math.exp(logp[i][t] - old[i][t])
             clipped = min(max(ratio, 1 - clip_eps), 1 + high)
-            term = max(-adv[i] * ratio, -adv[i] * clipped)
+            a = adv[i][t] if per_token else adv[i]
+            term = max(-a * ratio, -a * clipped)
             if use_ref:
                 d = ref[i][t] - logp[i][t]
                 term += kl_coef * (math.exp(d) - d - 1)
@@ -80,6 +82,51 @@ def test_loss_matches_direct_computation(loss_agg, clip_eps_high, kl_coef, seed)
     assert metrics["loss"] == pytest.approx(expected, rel=1e-9, abs=1e-9)
     # The batch really exercises both clip sides, so the clip branches above are tested.
     assert metrics["clip_frac_low"] > 0 and metrics["clip_frac_high"] > 0
+
+
+@pytest.mark.parametrize("loss_agg", LOSS_AGGS)
+@pytest.mark.parametrize("kl_coef", [0.0, 0.04])
+@pytest.mark.parametrize("seed", [0, 2])
+def test_per_token_advantages_match_direct_computation(loss_agg, kl_coef, seed):
+    """[B, T] advantages (step-level credit): each token's own value; masked ones are ignored, even NaN."""
+    b = random_batch(seed, empty_row=seed == 2)
+    gen = torch.Generator().manual_seed(101 + seed)
+    per_token = torch.randn(b["mask"].shape, generator=gen, dtype=DTYPE)
+    b["advantages"] = per_token.masked_fill(~b["mask"], float("nan"))
+    loss, metrics = call(b, clip_eps=0.2, kl_coef=kl_coef, loss_agg=loss_agg)
+    expected = reference_loss({**b, "advantages": per_token}, clip_eps=0.2, clip_eps_high=None, kl_coef=kl_coef, loss_agg=loss_agg, max_len=b["mask"].shape[1])
+    assert loss.item() == pytest.approx(expected, rel=1e-9, abs=1e-9)
+    assert metrics["clip_frac_low"] > 0 and metrics["clip_frac_high"] > 0
+
+
+@pytest.mark.parametrize("loss_agg", LOSS_AGGS)
+def test_trajectory_advantages_equal_their_broadcast_per_token(loss_agg):
+    """A [B] advantage is the [B, T] one constant over each row: same loss, metrics and gradient, bit for bit."""
+    b = random_batch(5, empty_row=True)
+    results = []
+    for advantages in (b["advantages"], b["advantages"][:, None].expand(b["mask"].shape)):
+        logprobs = b["logprobs"].clone().requires_grad_(True)
+        loss, metrics = call({**b, "advantages": advantages}, logprobs=logprobs, kl_coef=0.1, clip_eps_high=0.28, loss_agg=loss_agg)
+        loss.backward()
+        results.append((loss, metrics, logprobs.grad))
+    (loss_b, metrics_b, grad_b), (loss_bt, metrics_bt, grad_bt) = results
+    assert torch.equal(loss_b, loss_bt) and torch.equal(grad_b, grad_bt)
+    assert metrics_b == pytest.approx(metrics_bt, nan_ok=True)
+    assert bool(grad_b.abs().sum() > 0)
+
+
+@pytest.mark.parametrize("loss_agg", LOSS_AGGS)
+def test_accumulated_micro_batches_with_per_token_advantages_give_the_one_batch_gradient(loss_agg):
+    features, theta0, old, ref, _, mask = accumulation_problem(3)
+    advantages = torch.randn(mask.shape, generator=torch.Generator().manual_seed(3), dtype=DTYPE)
+    extra = {"max_len": 12} if loss_agg == "seq-mean-token-sum-norm" else {}
+    _, whole = policy_gradient(features, theta0, old, ref, advantages, mask, loss_agg=loss_agg, **extra)
+    normalizer = loss_normalizer(mask, loss_agg)
+    total = torch.zeros_like(whole)
+    for rows, width in micro_batches(mask, [1, 4, 5]):
+        cut = (features[rows, :width], theta0, old[rows, :width], ref[rows, :width], advantages[rows, :width], mask[rows, :width])
+        total += policy_gradient(*cut, loss_agg=loss_agg, normalizer=normalizer, **extra)[1]
+    torch.testing.assert_close(total, whole, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize("max_len", [9, 32])
@@ -407,6 +454,69 @@ def test_filter_degenerate_groups_keeps_informative_groups():
     assert filter_degenerate_groups([3, 3, 3, 3], 2).tolist() == []
 
 
+# ---------------------------------------------------------------- step-level advantages (GiGPO)
+
+
+def test_terminal_returns_discount_the_final_reward_back_to_each_turn():
+    assert terminal_returns(1.0, 3, 0.5) == [0.25, 0.5, 1.0]
+    assert terminal_returns(0.8, 2, 1.0) == [0.8, 0.8]
+    assert terminal_returns(1.0, 0, 0.9) == []
+    with pytest.raises(ValueError, match="gamma must be in"):
+        terminal_returns(1.0, 2, 0.0)
+    with pytest.raises(ValueError, match="num_turns must be >= 0"):
+        terminal_returns(1.0, -1, 0.9)
+
+
+def reference_step_advantages(returns: list[float], anchors: list, scale_by_std: bool, eps: float) -> list[float]:
+    out = []
+    for r, anchor in zip(returns, anchors):
+        group = [x for x, a in zip(returns, anchors) if a == anchor]
+        if len(group) < 2 or len(set(group)) == 1:
+            out.append(0.0)
+        elif scale_by_std:
+            out.append((r - statistics.fmean(group)) / (statistics.stdev(group) + eps))
+        else:
+            out.append(r - statistics.fmean(group))
+    return out
+
+
+@pytest.mark.parametrize("scale_by_std", [True, False])
+def test_step_advantages_match_direct_computation(scale_by_std):
+    gen = torch.Generator().manual_seed(7)
+    returns = torch.rand(40, generator=gen, dtype=DTYPE).round(decimals=1).tolist()
+    anchors = [int(a) for a in torch.randint(0, 9, (40,), generator=gen)]
+    advantages, stats = step_advantages(returns, anchors, scale_by_std=scale_by_std)
+    expected = reference_step_advantages(returns, anchors, scale_by_std, 1e-6)
+    assert advantages.dtype == torch.float32
+    assert advantages.tolist() == pytest.approx(expected, rel=1e-6, abs=1e-6)
+    assert stats["step_groups"] == sum(1 for a in set(anchors) if anchors.count(a) > 1)
+
+
+def test_known_step_values():
+    # Two turns from state "s" (returns 1 and 0), three from "u" (all 0.5), one alone at "v".
+    advantages, stats = step_advantages([1.0, 0.0, 0.5, 0.5, 0.5, 0.9], ["s", "s", "u", "u", "u", "v"], eps=0.0)
+    std = statistics.stdev([1.0, 0.0])
+    assert advantages.tolist() == pytest.approx([0.5 / std, -0.5 / std, 0.0, 0.0, 0.0, 0.0])
+    assert stats == {"step_groups": 2.0, "grouped_turn_fraction": 5 / 6}
+    unscaled, _ = step_advantages([1.0, 0.0, 0.1, 0.1], ["s", "s", "u", "u"], scale_by_std=False)
+    assert unscaled.tolist() == [0.5, -0.5, 0.0, 0.0]  # equal inexact floats: exactly 0
+    empty, stats = step_advantages([], [])
+    assert empty.tolist() == [] and math.isnan(stats["grouped_turn_fraction"])
+
+
+@pytest.mark.parametrize(
+    ("returns", "anchors", "options", "message"),
+    [
+        ([1.0, 0.0], ["s"], {}, "2 returns but 1 anchors"),
+        ([1.0, float("inf")], ["s", "s"], {}, "returns must be finite"),
+        ([1.0, 0.0], ["s", "s"], {"eps": -1.0}, "eps must be >= 0"),
+    ],
+)
+def test_bad_step_inputs_raise_value_error(returns, anchors, options, message):
+    with pytest.raises(ValueError, match=message):
+        step_advantages(returns, anchors, **options)
+
+
 # ---------------------------------------------------------------- bad input
 
 
@@ -426,6 +536,7 @@ def good_inputs(batch: int = 3, width: int = 4) -> dict:
         ({"advantages": torch.zeros(3, 1)}, "advantages must have shape \\(3,\\)"),
         ({"advantages": torch.zeros(4)}, "advantages must have shape"),
         ({"advantages": [0.0, 0.0, 0.0]}, "advantages must have shape"),
+        ({"advantages": torch.zeros(3, 5)}, "advantages must have shape \\(3,\\), one per trajectory, or \\(3, 4\\), one per token"),
         ({"loss_mask": torch.full((3, 4), 0.5)}, "only 0 and 1"),
     ],
 )

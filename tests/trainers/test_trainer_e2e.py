@@ -268,3 +268,29 @@ def test_a_finished_run_keeps_one_model_and_reports_its_folder_size(tiny_model_d
     assert not (run / "checkpoints").exists() and not (run / "sft_model").exists()
     assert result.folder_bytes == folder_bytes(run) <= 2 * folder_bytes(tiny_model_dir)
     assert f"run folder {run}: " in capsys.readouterr().out
+
+
+def test_dynamic_sampling_on_the_outcome_and_step_level_credit_run_from_a_yaml_file(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """Both exploration options through a YAML file: extra rollout rounds while groups' outcomes do
+    not vary (bounded, logged), and per-turn advantages in the update."""
+    from letters_env import LettersEnv, split_verdict
+
+    monkeypatch.setattr(LettersEnv, "compute_reward", split_verdict)
+    path = tmp_path / "explore.yaml"
+    path.write_text(
+        f"env_id: {TOY_ENV}\nmodel: {tiny_model_dir}\ndevice: cpu\noutput_dir: {tmp_path / 'run'}\n"
+        "rollout: {num_tasks: 2, group_size: 3, max_new_tokens: 6}\n"
+        "grpo: {steps: 3, kl_coef: 0.0, filter_degenerate: true, degenerate_by: success, resample_rounds: 2, step_advantage_weight: 1.0}\n"
+        "eval: {enabled: false}\nlogging: {progress: false, tensorboard: false, plots: false}\n"
+    )
+    train(load_config(path))
+    rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["phase"] == "grpo"]
+    assert len(rows) == 3
+    for row in rows:
+        assert row["groups/drawn"] == 2 * row["rollout/rounds"] and 1 <= row["rollout/rounds"] <= 3
+        assert row["groups/kept"] <= 2 and (row["groups/kept"] == 2 or row["rollout/rounds"] == 3)
+        assert row["batch/trajectories"] == 3 * row["groups/kept"]
+        if row["groups/kept"]:
+            assert row["optim/updates"] == 1 and row["advantage/step_groups"] >= row["groups/kept"]
+    # The run needed the extra rounds and found groups in them: the options did something.
+    assert any(r["rollout/rounds"] > 1 for r in rows) and any(r["groups/kept"] > 0 for r in rows)

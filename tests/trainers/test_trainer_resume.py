@@ -83,6 +83,26 @@ def test_resume_reproduces_the_uninterrupted_run(uninterrupted, tiny_model_dir, 
     assert result.evaluations == full_result.evaluations
 
 
+def test_resume_with_dynamic_sampling_and_step_level_credit_reproduces_the_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """The extra rounds' tasks and seeds derive from the seed, the step and the round: a run resumed
+    during GRPO plays the same rounds and ends with the same weights and metrics."""
+    from letters_env import LettersEnv, split_verdict
+
+    monkeypatch.setattr(LettersEnv, "compute_reward", split_verdict)
+    # No SFT: the oracle's demonstrations do not pass this verdict.
+    explore = {"sft.steps": 0, "grpo.filter_degenerate": True, "grpo.degenerate_by": "success", "grpo.resample_rounds": 2, "grpo.step_advantage_weight": 1.0}
+    full = tmp_path / "full"
+    train(config_for(tiny_model_dir, full, **explore))
+    rows = [line for line in (full / "metrics.jsonl").read_text().splitlines() if '"grpo"' in line and '"rollout/rounds": 1.0' not in line]
+    assert rows, "no step needed an extra round; the comparison would not cover them"
+    run = tmp_path / "run"
+    crash_after(full, 1, run)  # after GRPO step 1
+    train(config_for(tiny_model_dir, run, **explore), resume=True)
+    expected, got = weights(full), weights(run)
+    assert all((expected[name] == got[name]).all() for name in expected)
+    assert (run / "metrics.jsonl").read_text() == (full / "metrics.jsonl").read_text()
+
+
 def test_the_run_really_learned(uninterrupted, tiny_model_dir) -> None:
     """The comparison above is meaningful: the weights moved in both phases."""
     full, _ = uninterrupted

@@ -157,3 +157,37 @@ def test_each_row_is_back_propagated_before_the_next_one_runs(policy, episodes) 
     )
     rows = events.count("forward")
     assert rows > 1 and events == ["forward", "backward"] * rows
+
+
+def test_step_level_advantages_accumulate_over_micro_batches_like_the_one_batch_update(policy, episodes) -> None:
+    """Per-token advantages are cut with their micro-batch's rows and width, as the logprobs are."""
+    base = GRPOSection(kl_coef=0.05, step_advantage_weight=1.0, micro_batch_size=2 * GROUP)
+    metrics, whole = run_update(policy, episodes, base)
+    assert metrics["advantage/step_groups"] >= 2  # every group's first turns share the opening state
+    for micro in (1, 4):
+        _, split = run_update(policy, episodes, dataclasses.replace(base, micro_batch_size=micro))
+        assert_same_update(split, whole)
+
+
+def test_step_level_advantages_change_the_update_and_weight_0_is_plain_grpo(policy, episodes) -> None:
+    plain_metrics, plain = run_update(policy, episodes, GRPOSection(kl_coef=0.0), reference=False)
+    _, zero = run_update(policy, episodes, GRPOSection(kl_coef=0.0, step_discount=0.5), reference=False)
+    for x, y in zip(plain, zero, strict=True):
+        assert torch.equal(x, y)
+    assert not any(k.startswith("advantage/step") for k in plain_metrics)
+    stepped_metrics, stepped = run_update(policy, episodes, GRPOSection(kl_coef=0.0, step_advantage_weight=1.0, step_discount=0.5), reference=False)
+    assert any(not torch.allclose(x, y) for x, y in zip(plain, stepped, strict=True))
+    assert stepped_metrics["advantage/abs_mean"] != plain_metrics["advantage/abs_mean"]
+
+
+def test_groups_are_filtered_on_the_raw_outcome_when_asked(policy, episodes) -> None:
+    # The untrained model solves nothing: every group's shaped rewards vary, its outcomes do not.
+    assert not any(e.record["success"] for e in episodes)
+    by_reward, _ = run_update(policy, episodes, GRPOSection(filter_degenerate=True))
+    by_success, deltas = run_update(policy, episodes, GRPOSection(filter_degenerate=True, degenerate_by="success"))
+    assert by_reward["batch/trajectories"] == 2 * GROUP and by_reward["optim/updates"] == 1
+    assert by_success["batch/trajectories"] == 0 and by_success["optim/updates"] == 0
+    assert all(not d.any() for d in deltas)
+    solved = [dataclasses.replace(e, record={**e.record, "success": e.member == 0}) if e.group == 1 else e for e in episodes]
+    one_group, _ = run_update(policy, solved, GRPOSection(filter_degenerate=True, degenerate_by="success"))
+    assert one_group["batch/trajectories"] == GROUP
