@@ -49,9 +49,11 @@ Loading
 
 # No ``from __future__ import annotations``: TypedDict reads NotRequired[...] off evaluated annotations
 # (Python 3.11 counts a key written as a string as required in __required_keys__).
+import importlib
 import typing
+import warnings
 from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 __all__ = [
     "ChatMessage",
@@ -343,3 +345,30 @@ def join_keys(name: str, base: type, *extras: type | None) -> type:
                 raise ValueError(f"{name}: {part.__name__} declares {key!r} again")
             fields[key] = hint if key in part.__required_keys__ else NotRequired[hint]
     return TypedDict(name, fields)  # type: ignore[operator]  # a TypedDict built at run time
+
+
+# ------------------------------------------------------------------------ moved, for one version
+
+MOVED = {
+    "APIFault": "agentgym.envs.mock_api.records",
+    "CodeExecTask": "agentgym.envs.code_exec.records",
+    "KnowledgeTask": "agentgym.envs.knowledge.records",
+    "MockAPITask": "agentgym.envs.mock_api.records",
+    "RefundTask": "agentgym.envs.refund.records",
+    "SQLTask": "agentgym.envs.knowledge.records",
+    "SearchQATask": "agentgym.envs.knowledge.records",
+    "TauRetailTask": "agentgym.envs.tau_retail.records",
+    "ToolMathTask": "agentgym.envs.knowledge.records",
+}
+"""The environments' types this module declared before they moved to their own packages: name -> its
+module now. ``agentgym.records.NAME`` still finds them, with a DeprecationWarning, until the next release."""
+
+if not TYPE_CHECKING:  # the type checker sees only the new paths
+
+    def __getattr__(name: str) -> Any:
+        if name not in MOVED:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        warnings.warn(
+            f"agentgym.records.{name} is deprecated: import it from {MOVED[name]} (the old path goes in the next release)", DeprecationWarning, stacklevel=2
+        )
+        return getattr(importlib.import_module(MOVED[name]), name)
