@@ -5,7 +5,8 @@ Linters that flag the import as unused accept ``gym.register_envs(agentgym)`` in
 """
 
 from agentgym.env import ToolEnv
-from agentgym.envs import ENVIRONMENTS, make_env, register_envs
+from agentgym.envs.catalogue import ENVIRONMENTS
+from agentgym.envs.registration import make_env, register_envs
 from agentgym.parsing import ParsedAction, ToolCall, parse_action
 from agentgym.records import (
     ChatMessage,

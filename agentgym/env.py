@@ -14,21 +14,19 @@ from __future__ import annotations
 
 import abc
 import json
-from collections.abc import Callable, Sequence
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, cast
 
 import gymnasium as gym
 
 from agentgym.parsing import ParsedAction, ToolCall, parse_action, scrub_text
-from agentgym.records import ChatMessage, EnvInfo, EpisodeRecord, StepInfo, StepRecord, TaskRecord
+from agentgym.records import ChatMessage, EnvInfo, EpisodeRecord, RecordTypes, ResetInfo, StepInfo, StepRecord, TaskRecord, join_keys
 from agentgym.spaces import AssistantTurn, ChatMessages
 from agentgym.tools import InfraError, Tool, ToolError, cap_result, tools_of
 from agentgym.verifiers.result import RewardResult
-
-if TYPE_CHECKING:
-    from agentgym.remote.client import SessionEnv
 
 __all__ = ["SPLITS", "AgentEnv", "EpisodeOver", "Message", "ToolEnv", "agent_env", "check_task_ids"]
 
@@ -40,7 +38,7 @@ class EpisodeOver(gym.error.Error):
     """Raised when ``step`` is called after the episode ended, or before the first ``reset``."""
 
 
-# The task record type of an environment (agentgym.records: RefundTask, SQLTask, ...).
+# The task record type of an environment: a TaskRecord subclass its own package declares (RefundTask, SQLTask, ...).
 TaskT = TypeVar("TaskT", bound=TaskRecord)
 
 
@@ -64,6 +62,10 @@ class ToolEnv(gym.Env[list[Message], Any], Generic[TaskT], metaclass=abc.ABCMeta
     metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012 - Gymnasium's convention (an attribute it declares)
     task_family: ClassVar[str] = ""
     default_max_turns: ClassVar[int] = 20
+    info_type: ClassVar[type | None] = None
+    """A TypedDict of the entries :meth:`extra_info` adds to every ``info`` (None: it adds none)."""
+    reset_info_type: ClassVar[type | None] = None
+    """A TypedDict of the entries the environment's ``reset`` adds to its ``info`` besides those."""
 
     def __init__(
         self,
@@ -228,6 +230,20 @@ class ToolEnv(gym.Env[list[Message], Any], Generic[TaskT], metaclass=abc.ABCMeta
             "answer_spam": p.AnswerSpamPolicy,
         }
 
+    @classmethod
+    def record_types(cls) -> RecordTypes:
+        """The types of this environment's records: its task type (the one the class is
+        parametrised with, ``ToolEnv[RefundTask]``; :class:`~agentgym.records.TaskRecord` without
+        one) and the ``info`` of ``reset`` and ``step`` with the entries it declares
+        (:attr:`info_type`, :attr:`reset_info_type`). The core names no environment: tests and
+        tools find an environment's types here."""
+        name = cls.__name__
+        return RecordTypes(
+            task=_task_type(cls),
+            reset_info=join_keys(f"{name}ResetInfo", ResetInfo, cls.info_type, cls.reset_info_type),
+            step_info=join_keys(f"{name}StepInfo", StepInfo, cls.info_type),
+        )
+
     # ------------------------------------------------------------------ subclass hooks
 
     def load_split(self, split: str) -> list[TaskT]:
@@ -325,16 +341,57 @@ class ToolEnv(gym.Env[list[Message], Any], Generic[TaskT], metaclass=abc.ABCMeta
     def _info(self) -> EnvInfo:
         assert self.task is not None
         info = {"task_id": self.task["task_id"], "turn": self._turn, **self.counts, **self.extra_info()}
-        # extra_info() is each environment's own (a dict): EnvInfo declares the bundled environments'
-        # entries, and tests/test_records.py holds every one of them to it.
+        # extra_info() is each environment's own (a dict), declared by its info_type; tests/test_records.py
+        # holds every bundled environment's info to its record_types().
         return cast(EnvInfo, info)
 
 
-AgentEnv: TypeAlias = "ToolEnv | SessionEnv"
-"""An agentgym environment itself (what ``unwrapped`` reaches): a :class:`ToolEnv` in process, or a
-:class:`~agentgym.remote.client.SessionEnv` whose environment lives elsewhere. Both offer ``tools``,
-``task_ids``, ``tasks``, ``task``, ``max_turns``, ``counts``, ``episode_record()``,
-``compute_reward()`` and ``policies()``."""
+class AgentEnv(Protocol):
+    """An agentgym environment itself (what ``unwrapped`` reaches): a :class:`ToolEnv` in process, or
+    a client whose environment lives elsewhere (``agentgym.remote.client.SessionEnv``). What the
+    rollout runner, the trainer and the adapters use of either."""
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        """OpenAI function schemas of the tools."""
+        ...
+
+    @property
+    def task_ids(self) -> list[str]:
+        """Ids of the tasks the environment draws from."""
+        ...
+
+    @property
+    def tasks(self) -> Sequence[Any]:
+        """The tasks the environment draws from (:class:`~agentgym.records.TaskRecord` and the environment's own fields)."""
+        ...
+
+    @property
+    def task(self) -> Mapping[str, Any] | None:
+        """The current episode's task (None before the first ``reset``)."""
+        ...
+
+    @property
+    def max_turns(self) -> int:
+        """Assistant turns before an episode is truncated."""
+        ...
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """The episode's running counts: ``tool_calls``, ``format_errors``, ``tool_errors``."""
+        ...
+
+    def episode_record(self) -> EpisodeRecord:
+        """The episode so far."""
+        ...
+
+    def compute_reward(self) -> RewardResult:
+        """The reward of the state the episode reached."""
+        ...
+
+    def policies(self) -> dict[str, Callable[[int], Any]]:
+        """Scripted policies by name, each built from a seed."""
+        ...
 
 
 def _whole_number(name: str, value: Any) -> int:
@@ -351,8 +408,8 @@ def _whole_number(name: str, value: Any) -> int:
 def agent_env(env: gym.Env) -> AgentEnv:
     """``env.unwrapped``, typed as the agentgym environment it is."""
     # Every environment agentgym registers (and so every one make_env makes) is a ToolEnv or a
-    # SessionEnv; importing SessionEnv here to check would need the optional websockets package.
-    return cast("AgentEnv", env.unwrapped)
+    # session client, and both have what AgentEnv names.
+    return cast(AgentEnv, env.unwrapped)
 
 
 if TYPE_CHECKING:
@@ -362,7 +419,10 @@ if TYPE_CHECKING:
         around a registered agentgym environment, which ``unwrapped`` reaches (see :func:`agent_env`)."""
 
         @property
-        def unwrapped(self) -> AgentEnv: ...
+        def unwrapped(self) -> UnwrappedEnv: ...
+
+    class UnwrappedEnv(gym.Env[list[Message], Any], AgentEnv):
+        """The type checker's view of ``unwrapped``: a Gymnasium environment with what :class:`AgentEnv` names."""
 
 
 def _assistant_message(action: Any, parsed: ParsedAction) -> Message:
@@ -406,6 +466,18 @@ def check_task_ids(task_ids: Sequence[str], available: Sequence[str], *, source:
         more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
         raise ValueError(f"unknown task ids{f' for {source}' if source else ''}: {', '.join(unknown[:5])}{more}")
     return list(task_ids)
+
+
+def _task_type(cls: type) -> type:
+    """The task type ``cls`` is parametrised with (``ToolEnv[RefundTask]``, ``KnowledgeEnv[SQLTask]``;
+    a type variable's bound), or TaskRecord when it names none."""
+    for klass in cls.__mro__:
+        for base in klass.__dict__.get("__orig_bases__", ()):
+            origin, args = typing.get_origin(base), typing.get_args(base)
+            if isinstance(origin, type) and issubclass(origin, ToolEnv) and len(args) == 1:
+                task: Any = args[0].__bound__ if isinstance(args[0], TypeVar) else args[0]
+                return task if typing.is_typeddict(task) else TaskRecord
+    return TaskRecord
 
 
 def _select(tasks: list[TaskT], task_ids: Sequence[str] | None) -> list[TaskT]:

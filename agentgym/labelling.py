@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentgym.envs import make_env
+from agentgym.envs.registration import make_env
 from agentgym.parsing import format_tool_call, parse_action
 from agentgym.records import Label, LabelledRecord
 from agentgym.rollout import assistant_turns, make_policy, replay, run_episode

@@ -27,10 +27,14 @@ Episodes
 Tasks
     :class:`TaskRecord`: what every task has (``task_id``; ``split``, ``difficulty`` and
     ``template`` where the family has them); each environment's tasks add their own fields
-    (:class:`RefundTask`, :class:`CodeExecTask`, :class:`MockAPITask`, :class:`SQLTask`,
-    :class:`SearchQATask`, :class:`ToolMathTask`, :class:`TauRetailTask`). They are the lines of
-    ``tasks/<family>/{train,val,test}.jsonl`` (TauRetail-v0 builds its own from τ-bench's files)
-    and the items of ``env.unwrapped.tasks``.
+    in a subclass declared in the environment's own package (``agentgym.envs.refund.records.RefundTask``,
+    ...). They are the lines of ``tasks/<family>/{train,val,test}.jsonl`` (TauRetail-v0 builds its
+    own from τ-bench's files) and the items of ``env.unwrapped.tasks``.
+
+Environments
+    This module names no environment. An environment declares its task type and the entries it adds
+    to ``info`` in its own package; :meth:`agentgym.env.ToolEnv.record_types` gathers them into a
+    :class:`RecordTypes` (the task type, ``reset``'s and ``step``'s ``info`` with its entries).
 
 Rewards
     A reward returns a :class:`agentgym.verifiers.RewardResult` (score, reason, components,
@@ -45,29 +49,27 @@ Loading
 
 # No ``from __future__ import annotations``: TypedDict reads NotRequired[...] off evaluated annotations
 # (Python 3.11 counts a key written as a string as required in __required_keys__).
-from typing import Any, Literal, NotRequired, TypedDict
+import importlib
+import typing
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 __all__ = [
-    "APIFault",
     "ChatMessage",
-    "CodeExecTask",
     "EnvInfo",
     "EpisodeRecord",
     "FinishReason",
-    "KnowledgeTask",
     "Label",
     "LabelKind",
     "LabelledRecord",
-    "MockAPITask",
     "ModelEpisodeRecord",
     "OpenAIFunctionCall",
     "OpenAIToolCall",
-    "RefundTask",
+    "RecordTypes",
     "ResetInfo",
     "RewardInfo",
     "Role",
-    "SQLTask",
-    "SearchQATask",
     "SegmentDict",
     "SegmentKind",
     "StepError",
@@ -75,12 +77,11 @@ __all__ = [
     "StepRecord",
     "StopReason",
     "TaskRecord",
-    "TauRetailTask",
-    "ToolMathTask",
     "TrajectoryDict",
     "TrajectoryRecord",
     "TurnRecord",
     "TurnToolCall",
+    "join_keys",
 ]
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -133,20 +134,14 @@ class ChatMessage(TypedDict):
 # ----------------------------------------------------------------------------------- info
 
 
-class APIFault(TypedDict):
-    """A fault MockAPI-v0 injected into an API call (``info["turn_faults"]``)."""
-
-    call: int  # the API call's 1-based index in the episode
-    kind: str  # one of agentgym.envs.mock_api.faults.FAULT_KINDS, e.g. "rate_limit", "timeout"
-    operation: str | None  # the operationId the request matched, None when it matched none
-
-
 class EnvInfo(TypedDict):
     """What every ``info`` holds, ``reset``'s (:class:`ResetInfo`) and each step's
     (:class:`StepInfo`): the episode so far.
 
-    The counts run over the whole episode. Environments add their own entries
-    (``ToolEnv.extra_info()``); those of the bundled environments are declared here.
+    The counts run over the whole episode. An environment adds its own entries
+    (``ToolEnv.extra_info()``) and declares them in its own package, as a TypedDict named by its
+    class (``ToolEnv.info_type``; ``reset_info_type`` for entries only ``reset`` adds):
+    :meth:`agentgym.env.ToolEnv.record_types` joins them to these (:class:`RecordTypes`).
     """
 
     task_id: str
@@ -154,29 +149,10 @@ class EnvInfo(TypedDict):
     tool_calls: int  # tool calls that passed validation and ran
     format_errors: int  # unparseable calls, unknown tools, invalid arguments, calls over max_tool_calls
     tool_errors: int  # calls that ran and failed (a ToolError or an exception)
-    # CodeExec-v0
-    sandbox_runs: NotRequired[int]  # run_python calls so far
-    # MockAPI-v0
-    api_calls: NotRequired[int]  # HTTP requests made so far
-    faults_injected: NotRequired[int]  # faults injected so far
-    turn_faults: NotRequired[list[APIFault]]  # the faults injected since the last info
-    # SQL-v0, SearchQA-v0, ToolMath-v0
-    cache_hits: NotRequired[int]
-    cache_misses: NotRequired[int]
-    faults: NotRequired[int]  # seeded tool faults injected so far
-    # TauRetail-v0
-    policy_violations: NotRequired[int]
-    policy_violations_by_rule: NotRequired[dict[str, int]]
-    user_errors: NotRequired[int]  # user="llm": how many times the customer model failed
-    user_error: NotRequired[str | None]  # user="llm": the latest failure's message
 
 
 class ResetInfo(EnvInfo):
-    """The ``info`` that ``reset`` returns."""
-
-    # MockAPI-v0
-    api_base_url: NotRequired[str]  # the episode's API on loopback
-    fault_rate: NotRequired[float]  # the episode's fault rate
+    """The ``info`` that ``reset`` returns (with the environment's own entries, see :class:`EnvInfo`)."""
 
 
 class StepInfo(EnvInfo):
@@ -329,8 +305,9 @@ class LabelledRecord(EpisodeRecord):
 
 class TaskRecord(TypedDict):
     """What every task has: a line of ``tasks/<family>/{split}.jsonl`` and an item of
-    ``env.unwrapped.tasks``. Each environment's tasks add their own fields (the subclasses below);
-    records and the rollout runner read only these."""
+    ``env.unwrapped.tasks``. Each environment's tasks add their own fields, in a subclass its own
+    package declares (``RefundTask`` in ``agentgym.envs.refund.records``) and its class is
+    parametrised with (``ToolEnv[RefundTask]``); records and the rollout runner read only these."""
 
     task_id: str  # unique within the environment's task set
     split: NotRequired[str]  # "train", "val" or "test" (the env's split when absent)
@@ -338,81 +315,60 @@ class TaskRecord(TypedDict):
     template: NotRequired[str]  # the generator's template the task came from
 
 
-class RefundTask(TaskRecord):
-    """A task of Refund-v0."""
-
-    customer: dict[str, Any]  # the account: customer_id, name, email, zip, order_ids, payment_methods
-    orders: list[dict[str, Any]]  # the customer's orders, with items, dates, status and past refunds
-    opening: str  # the customer's first message
-    facts: dict[str, Any]  # what the scripted customer answers when asked (email, zip, order, items, conditions)
-    expected: dict[str, Any]  # the correct final state: outcome, refund, denials, confirmation
-    outcomes: list[str]  # the policy cases the task exercises
+# ---------------------------------------------------------------------- one environment's
 
 
-class CodeExecTask(TaskRecord):
-    """A task of CodeExec-v0, normalised from one of three formats: the bundled ``function`` tasks,
-    HumanEval and MBPP (``tasks=PATH``)."""
+@dataclass(frozen=True)
+class RecordTypes:
+    """The record types of one environment (:meth:`agentgym.env.ToolEnv.record_types`): what a
+    type checker, a test or a reader holds its tasks and ``info`` to."""
 
-    format: Literal["function", "humaneval", "mbpp"]
-    prompt: str  # the user's message
-    solution: str  # a reference solution (the oracle submits it)
-    entry_point: NotRequired[str]  # function and humaneval: the function under test
-    # function
-    signature: NotRequired[str]
-    examples: NotRequired[list[dict[str, Any]]]  # {"args": [...], "expected": ...}, shown in the prompt
-    tests: NotRequired[list[dict[str, Any]]]  # the hidden tests, in the same form
-    family: NotRequired[str]  # the generator's problem family
-    # humaneval
-    code_prompt: NotRequired[str]
-    test: NotRequired[str]  # the dataset's check() source
-    # mbpp
-    asserts: NotRequired[list[str]]
-    names: NotRequired[list[str]]  # the names the asserts call
-    setup: NotRequired[str]
-    reference: NotRequired[str]
+    task: type  # its TaskRecord subclass (TaskRecord itself for an environment that declares none)
+    reset_info: type  # ResetInfo with the environment's own entries
+    step_info: type  # StepInfo with the environment's own entries
 
 
-class MockAPITask(TaskRecord):
-    """A task of MockAPI-v0."""
+def join_keys(name: str, base: type, *extras: type | None) -> type:
+    """A TypedDict named ``name`` with the keys of ``base`` and of each of ``extras`` (``None`` adds
+    nothing), each required or not as its own type has it.
 
-    instruction: str  # the user's request
-    params: dict[str, Any]  # the template's parameters
-    expected: dict[str, Any]  # the changes the helpdesk must show: created, updated, deleted records
-    min_calls: int  # API calls the shortest solution makes
-    world_seed: int  # seeds the helpdesk's starting data
-
-
-class KnowledgeTask(TaskRecord):
-    """A question over the synthetic world (SQL-v0, SearchQA-v0, ToolMath-v0)."""
-
-    question: str
-    answer: dict[str, Any]  # the expected answer and how it is compared: type, value, tolerance, ...
-    solution: dict[str, Any]  # how the oracle finds it (a query, documents, facts and an expression)
-
-
-class SQLTask(KnowledgeTask):
-    """A task of SQL-v0."""
+    Raises:
+        ValueError: when two of them declare the same key.
+    """
+    fields: dict[str, Any] = {}
+    part: Any  # a TypedDict class, which the type checker sees as a plain type
+    for part in (base, *(e for e in extras if e is not None)):
+        if not typing.is_typeddict(part):
+            raise ValueError(f"{name}: {part!r} is not a TypedDict")
+        for key, hint in typing.get_type_hints(part).items():
+            if key in fields:
+                raise ValueError(f"{name}: {part.__name__} declares {key!r} again")
+            fields[key] = hint if key in part.__required_keys__ else NotRequired[hint]
+    return TypedDict(name, fields)  # type: ignore[operator]  # a TypedDict built at run time
 
 
-class SearchQATask(KnowledgeTask):
-    """A task of SearchQA-v0."""
+# ------------------------------------------------------------------------ moved, for one version
 
-    hops: int  # documents the answer chains through
+MOVED = {
+    "APIFault": "agentgym.envs.mock_api.records",
+    "CodeExecTask": "agentgym.envs.code_exec.records",
+    "KnowledgeTask": "agentgym.envs.knowledge.records",
+    "MockAPITask": "agentgym.envs.mock_api.records",
+    "RefundTask": "agentgym.envs.refund.records",
+    "SQLTask": "agentgym.envs.knowledge.records",
+    "SearchQATask": "agentgym.envs.knowledge.records",
+    "TauRetailTask": "agentgym.envs.tau_retail.records",
+    "ToolMathTask": "agentgym.envs.knowledge.records",
+}
+"""The environments' types this module declared before they moved to their own packages: name -> its
+module now. ``agentgym.records.NAME`` still finds them, with a DeprecationWarning, until the next release."""
 
+if not TYPE_CHECKING:  # the type checker sees only the new paths
 
-class ToolMathTask(KnowledgeTask):
-    """A task of ToolMath-v0."""
-
-    hops: int  # facts the computation needs
-
-
-class TauRetailTask(TaskRecord):
-    """A task of TauRetail-v0: τ-bench's retail task, under agentgym's id and split."""
-
-    upstream_split: str  # τ-bench's split: "train", "dev" or "test"
-    task_index: int  # the task's index in τ-bench's split
-    annotator: str
-    user_id: str
-    instruction: str  # the customer's situation and goal
-    actions: list[dict[str, Any]]  # the ground-truth tool calls: {"name", "kwargs"}
-    outputs: list[str]  # facts the agent must tell the customer
+    def __getattr__(name: str) -> Any:
+        if name not in MOVED:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        warnings.warn(
+            f"agentgym.records.{name} is deprecated: import it from {MOVED[name]} (the old path goes in the next release)", DeprecationWarning, stacklevel=2
+        )
+        return getattr(importlib.import_module(MOVED[name]), name)

@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from agentgym.env import agent_env
-from agentgym.envs import make_env
+from agentgym.envs.registration import make_env
 from agentgym.parsing import UNPAIRED_SURROGATE
 from agentgym.policies import Policy, ReplayPolicy
 from agentgym.records import ChatMessage, EpisodeRecord

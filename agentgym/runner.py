@@ -34,7 +34,7 @@ import gymnasium as gym
 import numpy as np
 
 from agentgym.env import SPLITS, agent_env, check_task_ids
-from agentgym.envs import make_env
+from agentgym.envs.registration import make_env
 from agentgym.episode import RolloutSettings, StopReason, TokenEpisode, turn_seed
 from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
 from agentgym.models.backend import as_streaming

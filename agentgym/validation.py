@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentgym.envs import make_env
+from agentgym.envs.registration import make_env
 from agentgym.records import EpisodeRecord, Label, LabelledRecord
 from agentgym.verifiers.result import RewardResult
 

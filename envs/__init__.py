@@ -1,71 +1,13 @@
-"""agentgym's environments, registered with Gymnasium under the ``agentgym/`` namespace."""
+"""agentgym's environments, registered with Gymnasium under the ``agentgym/`` namespace.
 
-from __future__ import annotations
+The catalogue (:data:`ENVIRONMENTS`, :data:`CLIENTS`) is in :mod:`agentgym.envs.catalogue`, the
+machinery (:func:`make_env`, :func:`register_envs`, :func:`env_class`) in
+:mod:`agentgym.envs.registration`; both are importable from here too. Each environment lives in its
+own package (``agentgym.envs.refund``, ...), with its task and ``info`` types in its ``records``
+module: nothing outside it names them.
+"""
 
-from typing import TYPE_CHECKING, Any, cast
+from agentgym.envs.catalogue import CLIENTS, ENVIRONMENTS
+from agentgym.envs.registration import env_class, make_env, register_envs
 
-import gymnasium as gym
-
-if TYPE_CHECKING:
-    from agentgym.env import MadeEnv
-
-# id -> (entry point, one-line description)
-ENVIRONMENTS: dict[str, tuple[str, str]] = {
-    "agentgym/Refund-v0": ("agentgym.envs.refund.env:RefundEnv", "Customer-support refund workflow under a written policy, with a scripted customer"),
-    "agentgym/CodeExec-v0": ("agentgym.envs.code_exec.env:CodeExecEnv", "Write, test and submit Python code in a sandbox; graded by hidden tests"),
-    "agentgym/MockAPI-v0": ("agentgym.envs.mock_api.env:MockApiEnv", "Helpdesk operations over a real HTTP API with seeded, reproducible faults"),
-    "agentgym/SQL-v0": ("agentgym.envs.knowledge.sql_env:SQLEnv", "Answer questions with read-only SQL over a synthetic world snapshot"),
-    "agentgym/SearchQA-v0": (
-        "agentgym.envs.knowledge.searchqa_env:SearchQAEnv",
-        "Multi-hop question answering with full-text search over a synthetic encyclopedia",
-    ),
-    "agentgym/ToolMath-v0": (
-        "agentgym.envs.knowledge.toolmath_env:ToolMathEnv",
-        "Look facts up with search, compute with a safe calculator, answer with stated rounding",
-    ),
-    "agentgym/TauRetail-v0": (
-        "agentgym.envs.tau_retail.env:TauRetailEnv",
-        "τ-bench retail: its 16 tools, database, 635 tasks and hash-based reward, with a deterministic customer",
-    ),
-}
-
-
-# Clients of environments held elsewhere (``agentgym serve``, a Ray actor pool, an MCP server); not environments of their own.
-# id -> (entry point, one-line description)
-CLIENTS: dict[str, tuple[str, str]] = {
-    "agentgym/Remote-v0": (
-        "agentgym.remote.client:RemoteEnv",
-        "An environment served by `agentgym serve` on another machine (url=..., env_id=...); see docs/scale.md",
-    ),
-    "agentgym/Ray-v0": ("agentgym.remote.ray_pool:RayEnv", "An environment in an actor of a Ray pool (env_id=..., pool=...); see docs/scale.md"),
-    "agentgym/MCP-v0": (
-        "agentgym.bridges.mcp_env:MCPEnv",
-        "Any MCP server's tools as an environment (server=..., verifier=..., tasks=...); see docs/bridges.md",
-    ),
-}
-
-
-def make_env(env_id: str, /, **kwargs: Any) -> MadeEnv:
-    """``gym.make`` for an agentgym id, with one clear error for what cannot be made.
-
-    Raises:
-        ValueError: ``unknown environment ...; known: ...`` for an id that is not registered, and
-            ``cannot make ID: ...`` when the environment refuses its arguments (a wrong keyword,
-            an unknown split).
-    """
-    register_envs()
-    if env_id not in gym.registry:
-        known = ", ".join(k for k in gym.registry if k.startswith("agentgym/"))
-        raise ValueError(f"unknown environment {env_id!r}; known: {known}")
-    try:
-        # For an agentgym id (this function's contract) the unwrapped environment is a ToolEnv or a SessionEnv.
-        return cast("MadeEnv", gym.make(env_id, **kwargs))
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"cannot make {env_id}: {exc}") from None
-
-
-def register_envs() -> None:
-    """Register every environment id, and the clients' (idempotent)."""
-    for env_id, (entry_point, _) in [*ENVIRONMENTS.items(), *CLIENTS.items()]:
-        if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point=entry_point, disable_env_checker=False)
+__all__ = ["CLIENTS", "ENVIRONMENTS", "env_class", "make_env", "register_envs"]

@@ -4,7 +4,8 @@ Each registered environment's class docstring is its documentation, in Gymnasium
 (:data:`SECTIONS`; extra sections such as ``## Info`` may sit between them). Its page (:data:`PAGES`)
 holds that text, rendered as Markdown, between two marker comments (:func:`begin_marker`, :data:`END`);
 what the page has outside that block (its title, usage, measurements, notes on the task data) is
-written by hand.
+written by hand. An environment registered outside agentgym gets the same: pass ``pages={id: name}``
+and a ``docs_dir`` to :func:`write_pages` and :func:`check_pages`.
 
     python -m agentgym.envs.docs            rewrite the generated blocks (a missing page is created)
     python -m agentgym.envs.docs --check    report stale or missing blocks and exit 1; write nothing
@@ -15,13 +16,13 @@ written by hand.
 from __future__ import annotations
 
 import argparse
-import importlib
 import inspect
 import re
 import sys
 from pathlib import Path
 
-from agentgym.envs import ENVIRONMENTS
+from agentgym.envs.catalogue import ENVIRONMENTS
+from agentgym.envs.registration import env_class
 
 __all__ = [
     "DOCS_DIR",
@@ -65,15 +66,12 @@ _ROLE = re.compile(r":(?:class|mod|func|meth|data|attr|exc|obj):`(~?)([^`]+)`")
 
 def begin_marker(env_id: str) -> str:
     """The comment that opens ``env_id``'s generated block; it names the class to edit."""
-    return f"<!-- generated from the class docstring of {ENVIRONMENTS[env_id][0]} by python -m agentgym.envs.docs: edit the docstring, not this block -->"
+    return f"<!-- generated from the class docstring of {_class_path(env_id)} by python -m agentgym.envs.docs: edit the docstring, not this block -->"
 
 
-def env_class(env_id: str) -> type:
-    """The class registered for ``env_id`` (its entry point, imported)."""
-    module, _, name = ENVIRONMENTS[env_id][0].partition(":")
-    cls = getattr(importlib.import_module(module), name)
-    assert isinstance(cls, type), f"{env_id}'s entry point is not a class"
-    return cls
+def _class_path(env_id: str) -> str:
+    cls = env_class(env_id)
+    return f"{cls.__module__}:{cls.__qualname__}"
 
 
 def sections(cls: type) -> dict[str, str]:
@@ -128,20 +126,27 @@ def replace_block(page: str, block: str) -> str:
 
 def _new_page(env_id: str) -> str:
     summary = inspect.getdoc(env_class(env_id)) or ""
-    title = summary.splitlines()[0].partition(": ")[2].rstrip(".") if summary else ENVIRONMENTS[env_id][1]
+    title = summary.splitlines()[0].partition(": ")[2].rstrip(".") if summary else ENVIRONMENTS.get(env_id, ("", env_id))[1]
     return f"# {env_id} — {title}\n\n{render(env_id)}\n"
 
 
-def check_pages(docs_dir: Path = DOCS_DIR) -> list[str]:
-    """Every way the pages under ``docs_dir`` differ from the docstrings (empty when they agree)."""
+def check_pages(docs_dir: Path = DOCS_DIR, pages: dict[str, str] | None = None) -> list[str]:
+    """Every way the pages under ``docs_dir`` differ from the docstrings (empty when they agree).
+
+    ``pages`` (default :data:`PAGES`, where every bundled environment must have a page) maps each
+    environment id to document to its page's file name."""
+    if pages is None:
+        pages, env_ids = PAGES, list(dict.fromkeys([*ENVIRONMENTS, *PAGES]))
+    else:
+        env_ids = list(pages)
     problems = []
-    for env_id in ENVIRONMENTS:
-        where = f"{env_id} ({ENVIRONMENTS[env_id][0]})"
+    for env_id in env_ids:
+        where = f"{env_id} ({_class_path(env_id)})"
         problems += [f"{where}: {problem}" for problem in missing_sections(env_class(env_id))]
-        if env_id not in PAGES:
+        if env_id not in pages:
             problems.append(f"{where}: no page (add it to agentgym.envs.docs.PAGES)")
-        elif not (docs_dir / PAGES[env_id]).is_file():
-            problems.append(f"{where}: {docs_dir / PAGES[env_id]} does not exist")
+        elif not (docs_dir / pages[env_id]).is_file():
+            problems.append(f"{where}: {docs_dir / pages[env_id]} does not exist")
     for path in sorted(docs_dir.glob("*.md")):
         page = path.read_text(encoding="utf-8")
         try:
@@ -149,7 +154,7 @@ def check_pages(docs_dir: Path = DOCS_DIR) -> list[str]:
         except ValueError as exc:
             problems.append(f"{path}: {exc}")
             continue
-        owners = [env_id for env_id, name in PAGES.items() if name == path.name]
+        owners = [env_id for env_id, name in pages.items() if name == path.name]
         if owners and len(spans) != 1:
             problems.append(f"{path}: expected one generated block (for {owners[0]}), found {len(spans)}")
         elif spans and not owners:
@@ -159,10 +164,11 @@ def check_pages(docs_dir: Path = DOCS_DIR) -> list[str]:
     return problems
 
 
-def write_pages(docs_dir: Path = DOCS_DIR) -> list[Path]:
-    """Rewrite each environment page's generated block (creating missing pages); returns the pages changed."""
+def write_pages(docs_dir: Path = DOCS_DIR, pages: dict[str, str] | None = None) -> list[Path]:
+    """Rewrite each environment page's generated block (creating missing pages); returns the pages
+    changed. ``pages``: environment id -> file name under ``docs_dir`` (default :data:`PAGES`)."""
     changed = []
-    for env_id, name in PAGES.items():
+    for env_id, name in (PAGES if pages is None else pages).items():
         path = docs_dir / name
         if path.is_file():
             old = path.read_text(encoding="utf-8")

@@ -4,25 +4,26 @@ Every record here is real: episodes played by scripted policies in every registe
 model episodes through the rollout runner, their JSON lines read back, the bundled task files and
 labelled sets. Each is held to its TypedDict key by key, nested values included: a key the type
 does not declare, a required key missing or a value of another type fails the test, so the types
-cannot drift from what the code writes.
+cannot drift from what the code writes. An environment's own task type and ``info`` entries are
+found through its class (``ToolEnv.record_types()``), never listed here.
 """
 
 from __future__ import annotations
 
 import json
-import types
-import typing
 from importlib import resources
-from typing import Any, Literal, NotRequired, Required, Union
+from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import pytest
 from fakes import OracleScript, SaysHello
+from record_types import assert_matches, env_types, problems
 
 import agentgym
 from agentgym import records as R
 from agentgym.env import ToolEnv
-from agentgym.envs import ENVIRONMENTS
+from agentgym.envs import ENVIRONMENTS, env_class
 from agentgym.labelling import to_openai_messages
 from agentgym.models import OpenAICompatibleBackend, Trajectory
 from agentgym.parsing import ParsedAction
@@ -32,55 +33,7 @@ from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.tools import tool
 from agentgym.verifiers.result import RewardResult
 
-# ------------------------------------------------------------------------------ the checker
-
-
-def problems(value: Any, tp: Any, where: str = "record") -> list[str]:
-    """Everything in ``value`` that does not match the type ``tp`` (empty when it matches).
-
-    TypedDicts are checked key by key (no undeclared key, every required key), containers item by
-    item, unions by their members, literals by value.
-    """
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if tp is Any:
-        return []
-    if origin in (NotRequired, Required):
-        return problems(value, args[0], where)
-    if typing.is_typeddict(tp):
-        if not isinstance(value, dict):
-            return [f"{where}: {type(value).__name__}, not a {tp.__name__}"]
-        hints = typing.get_type_hints(tp, include_extras=True)
-        assert set(hints) == tp.__required_keys__ | tp.__optional_keys__
-        found = [f"{where}: key {key!r} is not declared in {tp.__name__}" for key in value if key not in hints]
-        found += [f"{where}: required key {key!r} of {tp.__name__} is missing" for key in sorted(tp.__required_keys__ - set(value))]
-        for key, item in value.items():
-            if key in hints:
-                found += problems(item, hints[key], f"{where}[{key!r}]")
-        return found
-    if origin is Literal:
-        return [] if value in args else [f"{where}: {value!r} is not one of {args}"]
-    if origin in (Union, types.UnionType):
-        options = [problems(value, arg, where) for arg in args]
-        return [] if any(not p for p in options) else [f"{where}: {value!r} matches none of {args}: {options}"]
-    if tp is type(None) or tp is None:
-        return [] if value is None else [f"{where}: {value!r} is not None"]
-    if origin in (list, tuple, dict):
-        if not isinstance(value, origin):
-            return [f"{where}: {type(value).__name__}, not a {origin.__name__}"]
-        if origin is dict:
-            return [p for k, v in value.items() for p in problems(k, args[0], f"{where} key") + problems(v, args[1], f"{where}[{k!r}]")]
-        return [p for i, item in enumerate(value) for p in problems(item, args[0], f"{where}[{i}]")]
-    if tp is float:  # an int is a float to the type system (JSON writes 1.0 as 1 only if told to)
-        return [] if isinstance(value, int | float) and not isinstance(value, bool) else [f"{where}: {value!r} is not a float"]
-    if tp is int:
-        return [] if isinstance(value, int) and not isinstance(value, bool) else [f"{where}: {value!r} is not an int"]
-    assert isinstance(tp, type), f"the checker does not know {tp!r}"
-    return [] if isinstance(value, tp) else [f"{where}: {value!r} is not a {tp.__name__}"]
-
-
-def assert_matches(value: Any, tp: Any, where: str = "record") -> None:
-    found = problems(value, tp, where)
-    assert not found, "\n".join(found[:20])
+TASKS_DIR = Path(str(resources.files("agentgym.tasks")))
 
 
 def json_round_trip(record: Any) -> Any:
@@ -111,10 +64,10 @@ def _episodes(env_id: str) -> list[dict[str, Any]]:
 
 def test_episode_records_of_every_environment_match_the_type(env_id) -> None:  # env_id: every registered id (conftest.py)
     for record in _episodes(env_id):
-        assert_matches(record, R.EpisodeRecord)
-        assert_matches(json_round_trip(record), R.EpisodeRecord)  # what the JSONL line reads back as
+        assert_matches(record, R.EpisodeRecord, env_id=env_id)
+        assert_matches(json_round_trip(record), R.EpisodeRecord, env_id=env_id)  # what the JSONL line reads back as
         assert record["steps"], "an episode of at least one step"
-        assert_matches(record["steps"][-1]["info"], R.StepInfo)
+        assert_matches(record["steps"][-1]["info"], R.StepInfo, env_id=env_id)
         assert R.RewardInfo.__required_keys__ <= set(record["steps"][-1]["info"])  # the final info explains the reward
 
 
@@ -122,7 +75,7 @@ def test_episode_records_of_every_environment_match_the_type(env_id) -> None:  #
 def test_episode_records_with_injected_faults_match_the_type(env_name, policy) -> None:
     records = list(rollout(env_name, policy, episodes=3, seed=0, env_kwargs={"fault_rate": 0.5}))
     for record in records:
-        assert_matches(record, R.EpisodeRecord)
+        assert_matches(record, R.EpisodeRecord, env_id=env_name)
     infos = [s["info"] for r in records for s in r["steps"]]
     assert any(i.get("turn_faults") or i.get("faults") for i in infos), "the faults the info entries describe"
 
@@ -136,7 +89,7 @@ def test_openai_style_assistant_messages_match_the_type() -> None:
         record = run_episode(env, ReplayPolicy(turns), seed=0, task_id=task_id, policy_name="replay")
     finally:
         env.close()
-    assert_matches(record, R.EpisodeRecord)
+    assert_matches(record, R.EpisodeRecord, env_id="agentgym/Refund-v0")
     assert any("tool_calls" in m for m in record["messages"])
 
 
@@ -147,7 +100,7 @@ def test_reset_info_matches_the_type() -> None:
             observation, info = env.reset(seed=0)
         finally:
             env.close()
-        assert_matches(info, R.ResetInfo, f"{env_id} reset info")
+        assert_matches(info, R.ResetInfo, f"{env_id} reset info", env_id=env_id)
         for i, message in enumerate(observation):
             assert_matches(message, R.ChatMessage, f"{env_id} opening[{i}]")
 
@@ -158,20 +111,20 @@ def test_records_read_back_from_a_file_match_the_type(tmp_path) -> None:
     records = read_records(path)
     assert len(records) == 2
     for record in records:
-        assert_matches(record, R.EpisodeRecord)
+        assert_matches(record, R.EpisodeRecord, env_id="agentgym/SQL-v0")
 
 
 # ---------------------------------------------------------------------------- model episodes
 
 
-def _check_model_episode(episode: Episode, tokenizer_name: str) -> None:
-    assert_matches(episode.record, R.ModelEpisodeRecord)
+def _check_model_episode(episode: Episode, tokenizer_name: str, env_id: str) -> None:
+    assert_matches(episode.record, R.ModelEpisodeRecord, env_id=env_id)
     for i, turn in enumerate(episode.turns):
-        assert_matches(turn, R.TurnRecord, f"turn {i}")
+        assert_matches(turn, R.TurnRecord, f"turn {i}", env_id=env_id)
     line = episode.to_dict() | {"tokenizer": tokenizer_name}  # what agentgym eval --out writes
-    assert_matches(line, R.TrajectoryRecord)
+    assert_matches(line, R.TrajectoryRecord, env_id=env_id)
     read_back = json_round_trip(line)
-    assert_matches(read_back, R.TrajectoryRecord)
+    assert_matches(read_back, R.TrajectoryRecord, env_id=env_id)
     assert Trajectory.from_dict(read_back["trajectory"]) == episode.trajectory
 
 
@@ -188,7 +141,7 @@ def test_model_episodes_match_the_types(fake_server, default_tokenizer) -> None:
     assert [e.stop_reason for e in episodes] == ["done", "done"]
     assert {"difficulty", "template"} <= set(episodes[0].record)
     for episode in episodes:
-        _check_model_episode(episode, "SmolLM2-135M-Instruct")
+        _check_model_episode(episode, "SmolLM2-135M-Instruct", env_id)
 
 
 class _RaisingEnv(ToolEnv):
@@ -226,26 +179,23 @@ def test_a_failed_model_episode_matches_the_types(default_tokenizer) -> None:
     [episode] = run_rollouts(SaysHello(default_tokenizer), config)
     assert episode.stop_reason == "error" and "error" in episode.record
     assert_matches(episode.turns[-1]["info"], R.StepError)
-    _check_model_episode(episode, "SmolLM2-135M-Instruct")
+    _check_model_episode(episode, "SmolLM2-135M-Instruct", "agentgym-test/RecordsRaising-v0")
 
 
 # ----------------------------------------------------------------------------- bundled data
 
-TASK_TYPES: dict[str, type] = {
-    "refund": R.RefundTask,
-    "code_exec": R.CodeExecTask,
-    "mock_api": R.MockAPITask,
-    "knowledge/sql": R.SQLTask,
-    "knowledge/searchqa": R.SearchQATask,
-    "knowledge/toolmath": R.ToolMathTask,
-}
+
+def _families() -> dict[str, type]:
+    """Each bundled environment's task folder (its class's ``task_family``) -> its task type."""
+    classes = [env_class(env_id) for env_id in ENVIRONMENTS]
+    return {cls.task_family: cls.record_types().task for cls in classes}
 
 
 def _task_files(name: str) -> list[tuple[str, Any]]:
     """(family, file) for every bundled ``name`` file, e.g. ``train.jsonl``."""
     root = resources.files("agentgym.tasks")
     found = []
-    for family in ("refund", "code_exec", "mock_api", "tau_retail", "knowledge/sql", "knowledge/searchqa", "knowledge/toolmath"):
+    for family in _families():
         path = root.joinpath(*family.split("/"), name)
         if path.is_file():
             found.append((family, path))
@@ -256,27 +206,28 @@ def _lines(path: Any) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
+def test_every_bundled_environment_declares_its_task_type() -> None:
+    for env_id in ENVIRONMENTS:
+        task = env_class(env_id).record_types().task
+        assert task is not R.TaskRecord and issubclass(task, dict) and R.TaskRecord.__required_keys__ <= task.__required_keys__, env_id
+        assert not task.__module__.startswith("agentgym.records"), f"{env_id}'s task type belongs in its own package"
+
+
 @pytest.mark.parametrize("split", ["train", "val", "test"])
 def test_bundled_task_files_match_their_types(split) -> None:
     files = _task_files(f"{split}.jsonl")
-    assert {family for family, _ in files} == set(TASK_TYPES)  # a new family needs its task type
+    on_disk = {str(path.parent.relative_to(TASKS_DIR)) for path in TASKS_DIR.glob(f"**/{split}.jsonl")}
+    assert {family for family, _ in files} == on_disk  # every task folder belongs to an environment
+    assert len(files) == 6  # TauRetail-v0 builds its own from τ-bench's files
+    types = _families()
     for family, path in files:
         for task in _lines(path):
-            assert_matches(task, TASK_TYPES[family], f"{family}/{split}.jsonl {task.get('task_id')}")
+            assert_matches(task, types[family], f"{family}/{split}.jsonl {task.get('task_id')}")
 
 
 def test_environment_task_lists_match_their_types() -> None:
-    types_by_env = {
-        "agentgym/Refund-v0": R.RefundTask,
-        "agentgym/CodeExec-v0": R.CodeExecTask,
-        "agentgym/MockAPI-v0": R.MockAPITask,
-        "agentgym/SQL-v0": R.SQLTask,
-        "agentgym/SearchQA-v0": R.SearchQATask,
-        "agentgym/ToolMath-v0": R.ToolMathTask,
-        "agentgym/TauRetail-v0": R.TauRetailTask,  # built from τ-bench's files, not from a JSONL split
-    }
-    assert set(types_by_env) == set(ENVIRONMENTS)
-    for env_id, task_type in types_by_env.items():
+    for env_id in ENVIRONMENTS:
+        task_type = env_class(env_id).record_types().task
         for split in ("train", "val", "test"):
             env = gym.make(env_id, split=split)
             try:
@@ -291,7 +242,14 @@ def test_bundled_labelled_sets_match_the_type() -> None:
     assert len(files) == len(ENVIRONMENTS)
     for family, path in files:
         for i, record in enumerate(_lines(path)):
-            assert_matches(record, R.LabelledRecord, f"{family}/labelled.jsonl line {i + 1}")
+            assert_matches(record, R.LabelledRecord, f"{family}/labelled.jsonl line {i + 1}", env_id=record["env_id"])
+
+
+def test_an_environment_info_entry_it_does_not_declare_fails_its_type() -> None:
+    info = {"task_id": "t", "turn": 0, "tool_calls": 0, "format_errors": 0, "tool_errors": 0}
+    assert problems(info | {"cache_hits": 1, "cache_misses": 0, "faults": 0}, R.ResetInfo, read_as=env_types("agentgym/SQL-v0")) == []
+    assert problems(info | {"cache_hits": 1, "cache_misses": 0, "faults": 0}, R.ResetInfo)  # the core's own declares none of them
+    assert problems(info | {"sandbox_runs": 1}, R.ResetInfo, read_as=env_types("agentgym/SQL-v0"))  # CodeExec's entry, not SQL's
 
 
 def test_the_record_types_are_exported() -> None:

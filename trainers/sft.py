@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from agentgym.envs import make_env
+from agentgym.envs.registration import make_env
 from agentgym.models import ChatRenderer, Generation, Trajectory, TrajectoryBuilder, collate
 from agentgym.parsing import format_tool_call
 from agentgym.records import EpisodeRecord

@@ -45,7 +45,7 @@ from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
 from agentgym.bridges.asgi import ASGIApp, require_token, serve
 from agentgym.bridges.stdio import pipe_stdio, stdin_is_pipe
 from agentgym.env import agent_env
-from agentgym.envs import make_env
+from agentgym.envs.registration import make_env
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext

@@ -55,7 +55,7 @@ def quiet_argument(p: argparse.ArgumentParser, *aliases: str) -> None:
 
 def make(args: argparse.Namespace, **extra: Any) -> MadeEnv:
     """The environment that ``args.env``, ``args.split`` and ``args.env_kwargs`` name."""
-    from agentgym.envs import make_env
+    from agentgym.envs.registration import make_env
 
     return make_env(args.env, split=args.split, **args.env_kwargs, **extra)
 

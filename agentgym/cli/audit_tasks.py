@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _audit_tau_retail(args: argparse.Namespace) -> int:
-    from agentgym.envs import make_env
+    from agentgym.envs.registration import make_env
     from agentgym.envs.tau_retail.audit import audit_tasks
 
     splits = ["all"] if "tasks" in args.env_kwargs else args.split or ["train", "val", "test"]

@@ -22,7 +22,7 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agentgym.envs import CLIENTS, ENVIRONMENTS
+    from agentgym.envs.catalogue import CLIENTS, ENVIRONMENTS
     from agentgym.envs.scores import expected_scores
 
     rows = [(k, "environment", d) for k, (_, d) in ENVIRONMENTS.items()] + [(k, "client", d) for k, (_, d) in CLIENTS.items()]

@@ -23,13 +23,16 @@ import abc
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
 from agentgym.env import EpisodeOver
+
+if TYPE_CHECKING:
+    from agentgym.env import AgentEnv, ToolEnv
 from agentgym.records import ChatMessage, EpisodeRecord
 from agentgym.remote.protocol import MAX_MESSAGE_BYTES, PROTOCOL, ProtocolError, dumps, loads
 from agentgym.spaces import AssistantTurn, ChatMessages
@@ -128,6 +131,12 @@ class SessionEnv(gym.Env[list[ChatMessage], Any], metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         """Carry one request to the session and bring its reply back."""
+
+
+if TYPE_CHECKING:
+
+    def _is_agent_env(env: ToolEnv | SessionEnv) -> AgentEnv:
+        return env  # the type checker holds both kinds of environment to what AgentEnv names
 
 
 class RemoteEnv(SessionEnv):

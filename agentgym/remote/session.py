@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from agentgym.envs import make_env
+from agentgym.envs.registration import make_env
 from agentgym.remote.protocol import ERROR_TYPES, PROTOCOL, ProtocolError
 
 if TYPE_CHECKING:

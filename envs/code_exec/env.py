@@ -15,8 +15,8 @@ from typing import Any
 
 from agentgym.env import Message, ToolEnv
 from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
+from agentgym.envs.code_exec.records import CodeExecInfo, CodeExecTask
 from agentgym.parsing import ParsedAction
-from agentgym.records import CodeExecTask
 from agentgym.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxLost, get_backend
 from agentgym.sandbox.grading import GRADING_LIMITS, Grade, Grader
 from agentgym.tools import InfraError, ToolError, tool
@@ -117,6 +117,7 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
     """
 
     task_family = "code_exec"
+    info_type = CodeExecInfo
     default_max_turns = 10
 
     def __init__(

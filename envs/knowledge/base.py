@@ -17,10 +17,10 @@ import numpy as np
 from agentgym.env import Message, ToolEnv
 from agentgym.envs.knowledge.answers import check_answer
 from agentgym.envs.knowledge.cache import SHARED_CACHE, ToolCache
+from agentgym.envs.knowledge.records import KnowledgeInfo, KnowledgeTask
 from agentgym.envs.knowledge.search_tool import MAX_RESULTS, ArticleIndex
 from agentgym.envs.knowledge.snapshot import open_readonly, snapshot_path
 from agentgym.parsing import ParsedAction
-from agentgym.records import KnowledgeTask
 from agentgym.tools import ToolError, cap_result, tool
 from agentgym.verifiers import RewardResult, weighted_sum
 
@@ -59,6 +59,7 @@ class KnowledgeEnv(ToolEnv[KnowledgeTaskT]):
             ``max_turns``, ``max_tool_calls``, ``render_mode``).
     """
 
+    info_type = KnowledgeInfo
     intro: str = ""  # the system message's opening; a subclass may extend it per instance (SQL-v0's schema)
 
     def __init__(self, *, tool_cache: CacheSetting = "instance", fault_rate: float = 0.0, max_consecutive_faults: int | None = None, **kwargs: Any):

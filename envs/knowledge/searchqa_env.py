@@ -5,7 +5,7 @@ Gymnasium's sections; ``docs/envs/searchqa.md`` is generated from it."""
 from __future__ import annotations
 
 from agentgym.envs.knowledge.base import ArticleEnv
-from agentgym.records import SearchQATask
+from agentgym.envs.knowledge.records import SearchQATask
 
 __all__ = ["SearchQAEnv"]
 

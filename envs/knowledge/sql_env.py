@@ -7,10 +7,10 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from agentgym.envs.knowledge.base import KnowledgeEnv
+from agentgym.envs.knowledge.records import SQLTask
 from agentgym.envs.knowledge.snapshot import open_readonly
 from agentgym.envs.knowledge.sql_tool import ReadOnlySQL
 from agentgym.envs.knowledge.world import FOREIGN_KEYS, TABLES
-from agentgym.records import SQLTask
 from agentgym.tools import tool
 
 __all__ = ["SQLEnv", "SchemaStyle", "schema_text"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from agentgym.envs.knowledge.base import ArticleEnv
 from agentgym.envs.knowledge.calculator import CalculatorError, calculate
-from agentgym.records import ToolMathTask
+from agentgym.envs.knowledge.records import ToolMathTask
 from agentgym.tools import ToolError, tool
 
 __all__ = ["ToolMathEnv"]

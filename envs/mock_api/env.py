@@ -14,11 +14,11 @@ from agentgym.envs.mock_api.apidocs import endpoint_docs, find_operation, overvi
 from agentgym.envs.mock_api.client import ApiClient, ClientTimeout, RequestRefused
 from agentgym.envs.mock_api.faults import FAULT_KINDS, FaultConfig, FaultPlan
 from agentgym.envs.mock_api.grading import state_problems
+from agentgym.envs.mock_api.records import MockAPIInfo, MockAPIResetInfo, MockAPITask
 from agentgym.envs.mock_api.server import ServerLease, acquire_server
 from agentgym.envs.mock_api.session import Session
 from agentgym.envs.mock_api.world import World, generate_world
 from agentgym.parsing import ParsedAction
-from agentgym.records import MockAPITask
 from agentgym.tools import InfraError, ToolError, tool
 from agentgym.verifiers import RewardResult, weighted_sum
 
@@ -152,6 +152,8 @@ class MockApiEnv(ToolEnv[MockAPITask]):
     """
 
     task_family = "mock_api"
+    info_type = MockAPIInfo
+    reset_info_type = MockAPIResetInfo
     default_max_turns = 40
 
     def __init__(

@@ -11,9 +11,9 @@ from importlib import resources
 from typing import Any, Literal
 
 from agentgym.env import Message, ToolEnv
+from agentgym.envs.refund.records import RefundTask
 from agentgym.envs.refund.rules import Condition, DenialReason, evaluate_item, money
 from agentgym.parsing import ParsedAction
-from agentgym.records import RefundTask
 from agentgym.tools import ToolError, tool
 from agentgym.verifiers import RewardResult, weighted_sum
 

@@ -16,13 +16,13 @@ from agentgym.env import Message, ToolEnv
 from agentgym.envs.tau_retail.audit import solved_by_nothing
 from agentgym.envs.tau_retail.data import RetailDB, read_bundled
 from agentgym.envs.tau_retail.llm_user import LLMCustomer, LLMUser, ResponseCache
+from agentgym.envs.tau_retail.records import TauRetailInfo, TauRetailTask
 from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, WRITE_TOOLS, RetailTools, replay_ground_truth
 from agentgym.envs.tau_retail.upstream_errors import ERROR_MODES, binding_error, calculate, unknown_action
 from agentgym.envs.tau_retail.users import STOP, USER_MODES, Progress, make_user, target_record
 from agentgym.envs.tau_retail.violations import PolicyViolations, record_owner
 from agentgym.models import GenerationBackend
 from agentgym.parsing import ParsedAction, ToolCall
-from agentgym.records import TauRetailTask
 from agentgym.tools import cap_result
 from agentgym.verifiers import RewardResult
 
@@ -166,6 +166,7 @@ class TauRetailEnv(ToolEnv[TauRetailTask], RetailTools):
     """
 
     task_family = "tau_retail"
+    info_type = TauRetailInfo
     default_max_turns = 30
 
     def __init__(

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from agentgym.envs.tau_retail.data import RetailDB
+from agentgym.envs.tau_retail.records import TauRetailTask
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
-from agentgym.records import TauRetailTask
 
 __all__ = [
     "STOP",
