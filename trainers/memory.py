@@ -12,16 +12,41 @@ the real peaks) count, for a model of ``W`` weight bytes and ``k`` key/value byt
 
 ``tokens`` is the most an episode holds: ``rollout.max_total_tokens`` when set, else
 :data:`EPISODE_TOKENS`.
+
+It also holds the means the trainers use to keep a process's resident memory low:
+:class:`MappedFile` (tensors in an unlinked file on disk, paged out of the process between uses;
+the AdamW moments live there between optimiser steps) and :func:`return_freed_memory` (hands the
+allocator's free pages back to the system).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
+import math
 import os
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["EPISODE_TOKENS", "EVALUATION_OVERHEAD", "TRAINING_OVERHEAD", "MemoryBudget", "ModelFootprint", "available_memory", "model_footprint"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "EPISODE_TOKENS",
+    "EVALUATION_OVERHEAD",
+    "TRAINING_OVERHEAD",
+    "MappedFile",
+    "MemoryBudget",
+    "ModelFootprint",
+    "available_memory",
+    "disk_folder",
+    "model_footprint",
+    "return_freed_memory",
+]
 
 GIB = 2**30
 TRAINING_OVERHEAD = GIB
@@ -103,3 +128,115 @@ class MemoryBudget:
     def fits(self, kinds: list[str], kind: str) -> bool:
         """Whether a ``kind`` phase fits beside phases of ``kinds``; a phase alone always runs."""
         return not kinds or sum(map(self.estimate, [*kinds, kind])) <= self.available
+
+
+_MADV_DONTNEED = 4
+_IN_MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"})
+_PAGE = 4096
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def return_freed_memory() -> None:
+    """Hand the C allocator's free pages back to the system (glibc's ``malloc_trim``).
+
+    glibc keeps freed blocks below its mmap threshold (which grows to 32 MiB as large blocks are
+    freed) for reuse, so after a phase that allocated and freed gigabytes (rollouts' key/value
+    buffers, an update's activations) the process stays that large. Elsewhere this does nothing.
+    """
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+def disk_folder(folder: str | Path | None = None) -> Path | None:
+    """``folder`` (default: the system's temporary folder), or ``None`` when the files there would
+    live in memory (tmpfs, ramfs) or the system is not Linux: a :class:`MappedFile` there would
+    save nothing."""
+    if _libc() is None:
+        return None
+    path = Path(folder or tempfile.gettempdir()).resolve()
+    best, kind = "", ""
+    try:
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            for line in mounts:
+                fields = line.split()
+                point = fields[1].replace("\\040", " ")
+                if len(fields) > 2 and (path == Path(point) or Path(point) in path.parents) and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        return None
+    return None if not best or kind in _IN_MEMORY_FILESYSTEMS else path
+
+
+class MappedFile:
+    """Tensors stored in one unlinked file, mapped shared into the process.
+
+    The tensors are ordinary CPU tensors (in-place updates write the file's pages); after use,
+    :meth:`page_out` drops their pages from the process (``madvise(MADV_DONTNEED)``): the data
+    stays in the page cache and on disk, and the next access reads it back. The file has no name
+    from the start, so nothing is left behind whatever ends the process.
+
+    Args:
+        nbytes: the file's size; :meth:`slot` hands out page-aligned pieces of it.
+        folder: where the file is made: a folder on disk (see :func:`disk_folder`).
+    """
+
+    def __init__(self, nbytes: int, folder: Path) -> None:
+        import torch
+
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".agentgym-mapped-")
+        try:
+            os.ftruncate(fd, max(nbytes, 1))
+            self._storage = torch.from_file(name, shared=True, size=max(nbytes, 1), dtype=torch.uint8)
+        finally:
+            os.unlink(name)
+        # The descriptor stays open so that private_view can map the same file again.
+        self._fd = fd
+        self._used = 0
+        self._libc = _libc()
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)
+
+    @staticmethod
+    def room(shape: torch.Size, dtype: torch.dtype) -> int:
+        """The bytes a :meth:`slot` of ``shape`` and ``dtype`` takes (rounded up to whole pages)."""
+        return -(-math.prod(shape) * dtype.itemsize // _PAGE) * _PAGE
+
+    def slot(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        """A new tensor in the file (page-aligned, so that it pages out on its own; zeros until written)."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        start, self._used = self._used, self._used + self.room(shape, dtype)
+        if self._used > self._storage.numel():
+            raise ValueError(f"a MappedFile of {self._storage.numel()} bytes has no room for {nbytes} more")
+        return self._storage[start : start + nbytes].view(dtype).view(shape)
+
+    def holds(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lives in this file's mapping."""
+        return tensor.untyped_storage().data_ptr() == self._storage.untyped_storage().data_ptr()
+
+    def private_view(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` (one of this file's) read through a new private mapping of the file, which
+        goes away with the returned tensor: reading it does not leave the pages in the process."""
+        import torch
+
+        whole = torch.from_file(f"/proc/self/fd/{self._fd}", shared=False, size=self._storage.numel(), dtype=torch.uint8)
+        start = tensor.data_ptr() - self._storage.data_ptr()
+        nbytes = tensor.numel() * tensor.element_size()
+        return whole[start : start + nbytes].view(tensor.dtype).view(tensor.shape)
+
+    def page_out(self, tensor: torch.Tensor) -> None:
+        """Drop ``tensor``'s pages (one of this file's) from the process's resident memory."""
+        if self._libc is not None:
+            self._libc.madvise(ctypes.c_void_p(tensor.data_ptr()), ctypes.c_size_t(tensor.numel() * tensor.element_size()), _MADV_DONTNEED)

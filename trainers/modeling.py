@@ -24,6 +24,7 @@ import math
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, overload
 
 import torch
@@ -31,6 +32,7 @@ from torch.utils.checkpoint import checkpoint
 
 from agentgym.models import DEFAULT_MODEL, TokenBatch, load_model
 from agentgym.models.engine import cache_keyword
+from agentgym.trainers.memory import MappedFile, disk_folder, return_freed_memory
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -42,6 +44,8 @@ __all__ = [
     "BACKWARD_BY_ROW",
     "LOGPROB_CHUNK_TOKENS",
     "MIN_SHARED_PREFIX",
+    "OFFLOAD_OPTIMIZER_STATE",
+    "OffloadedAdamW",
     "Reference",
     "TensorBatch",
     "TrainerError",
@@ -71,6 +75,11 @@ LOGPROB_CHUNK_TOKENS: int | None = 512
 With gradients, a chunk's logits are recomputed in backward rather than kept. For the bundled
 model (a 49,152-token vocabulary) a chunk's float32 logits take 96 MiB; a pass over 2,000 loss
 tokens kept ~4 such tensors of 375 MiB each before."""
+
+
+OFFLOAD_OPTIMIZER_STATE = True
+""":func:`make_optimizer` keeps a CPU model's AdamW moments on disk between steps
+(:class:`OffloadedAdamW`); ``False``: in memory (the path before)."""
 
 
 class TrainerError(RuntimeError):
@@ -175,20 +184,97 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def make_optimizer(model: torch.nn.Module, optim: OptimSection, total_steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW over the trainable parameters and the warm-up + decay schedule over ``total_steps``."""
+    """AdamW over the trainable parameters and the warm-up + decay schedule over ``total_steps``.
+
+    On a CPU the moments live on disk between steps (:class:`OffloadedAdamW`, when
+    :data:`OFFLOAD_OPTIMIZER_STATE` and the temporary folder is on disk)."""
     from transformers import get_scheduler
 
     betas = cast("tuple[float, float]", tuple(optim.betas))  # a pair: the config's type, checked when it is loaded
-    optimizer = torch.optim.AdamW(trainable_parameters(model), lr=optim.lr, betas=betas, eps=optim.eps, weight_decay=optim.weight_decay)
+    params = trainable_parameters(model)
+    options: dict[str, Any] = {"lr": optim.lr, "betas": betas, "eps": optim.eps, "weight_decay": optim.weight_decay}
+    folder = disk_folder() if OFFLOAD_OPTIMIZER_STATE and all(p.device.type == "cpu" for p in params) else None
+    optimizer = OffloadedAdamW(params, folder=folder, **options) if folder is not None else torch.optim.AdamW(params, **options)
     name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[optim.schedule]
     scheduler = get_scheduler(name, optimizer, num_warmup_steps=optim.warmup_steps, num_training_steps=max(total_steps, 1))
     return optimizer, scheduler
 
 
+class OffloadedAdamW(torch.optim.AdamW):
+    """AdamW whose moments stay on disk between steps: the same updates, bit for bit.
+
+    The moments (two float32 tensors per parameter, twice the model's weights) are needed only
+    inside :meth:`step`, yet a plain AdamW keeps them resident through the rollouts and the
+    backward passes, the phases that need the memory. Here they are tensors in a
+    :class:`~agentgym.trainers.memory.MappedFile`; :meth:`step` updates one parameter at a time
+    (torch's single-tensor AdamW on CPU updates each parameter on its own, so the arithmetic is
+    the same) and pages its moments out right after, so at most one parameter's moments are
+    resident. :meth:`state_dict` gives them through a private mapping that goes away with the
+    returned dictionary (saving a checkpoint leaves them paged out); :meth:`load_state_dict`
+    copies loaded moments into the file.
+
+    Args:
+        params: the parameters (CPU tensors).
+        folder: where the file is made (a folder on disk, see :func:`~agentgym.trainers.memory.disk_folder`).
+        **options: AdamW's options (``lr``, ``betas``, ``eps``, ``weight_decay``, ``amsgrad``).
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], *, folder: Path, **options: Any) -> None:
+        super().__init__(params, **options)
+        keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if options.get("amsgrad") else ("exp_avg", "exp_avg_sq")
+        every = [p for group in self.param_groups for p in group["params"]]
+        self._file = MappedFile(len(keys) * sum(MappedFile.room(p.shape, p.dtype) for p in every), folder)
+        # Each parameter's moments have their place in the file for the optimiser's lifetime.
+        self._moments = {p: {key: self._file.slot(p.shape, p.dtype) for key in keys} for p in every}
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]
+        if closure is not None:
+            raise TypeError("OffloadedAdamW.step takes no closure")
+        groups = self.param_groups
+        try:
+            for group in groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state[p]
+                    if not state:  # the first step: what AdamW would make, with the moments in the file
+                        state["step"] = torch.tensor(0.0)
+                        for key, moment in self._moments[p].items():
+                            state[key] = moment.zero_()
+                    self.param_groups = [{**group, "params": [p]}]
+                    super().step()
+                    self._page_out(p)
+        finally:
+            self.param_groups = groups
+
+    def _page_out(self, p: torch.nn.Parameter) -> None:
+        for moment in self._moments[p].values():
+            self._file.page_out(moment)
+
+    def state_dict(self) -> dict[str, Any]:
+        saved = super().state_dict()
+        saved["state"] = {
+            index: {key: self._file.private_view(value) if self._file.holds(value) else value for key, value in state.items()}
+            for index, state in saved["state"].items()
+        }
+        return saved
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for p, moments in self._moments.items():
+            state = self.state.get(p)
+            if state:
+                for key, moment in moments.items():
+                    state[key] = moment.copy_(state[key])
+                self._page_out(p)
+
+
 def clip_and_step(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, max_grad_norm: float | None
 ) -> dict[str, float]:
-    """Clip the accumulated gradient, take the optimiser and schedule steps, zero the gradient.
+    """Clip the accumulated gradient, take the optimiser and schedule steps, zero the gradient and
+    return the freed memory to the system.
 
     Returns ``grad_norm`` (before clipping) and ``lr`` (the rate this step used).
     """
@@ -199,6 +285,9 @@ def clip_and_step(
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
+    # The update's activations and gradients are gone: their pages go back to the system, not
+    # into the allocator's free lists (gigabytes after an update over long rows).
+    return_freed_memory()
     return {"grad_norm": grad_norm, "lr": lr}
 
 
