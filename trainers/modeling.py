@@ -476,7 +476,10 @@ class _RowPasses:
     caller runs it on the selected hidden states only, a chunk at a time (the vocabulary is wide).
 
     ``leaf_prefix``: the rows attend to a detached copy of the prefix's keys and values (see
-    :func:`backward_by_row`); :meth:`backward_prefix` then carries their gradient through the prefix.
+    :func:`backward_by_row`), computed without a graph; :meth:`backward_prefix` then runs the
+    prefix again with gradients and carries the rows' gradient through it. That costs one more
+    pass over the prefix per micro-batch and keeps the prefix's activations (about as large as a
+    row's) out of memory while the rows run.
     """
 
     def __init__(self, model: torch.nn.Module, batch: TensorBatch, *, share_prefix: bool, leaf_prefix: bool) -> None:
@@ -498,11 +501,20 @@ class _RowPasses:
         self._keyword = cache_keyword(model)
         self._prefix_states: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._attended: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._recompute = leaf_prefix and torch.is_grad_enabled()
         if self.prefix:
-            shared = self._network(input_ids=self._ids[:1, : self.prefix], use_cache=True, **({} if split else {"logits_to_keep": 1}))
-            self._prefix_states = [(layer.keys, layer.values) for layer in getattr(shared, self._keyword).layers]
-            leaves = leaf_prefix and torch.is_grad_enabled()
+            # With leaves, the prefix's pass keeps nothing for backward (its activations would stay
+            # for every row of the micro-batch); backward_prefix runs it again with gradients.
+            with torch.no_grad() if self._recompute else nullcontext():
+                self._prefix_states = self._prefix_pass()
+            leaves = self._recompute
             self._attended = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in self._prefix_states] if leaves else self._prefix_states
+
+    def _prefix_pass(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The keys and values of the shared prefix, layer by layer."""
+        extra = {} if self._head is not None else {"logits_to_keep": 1}
+        shared = self._network(input_ids=self._ids[:1, : self.prefix], use_cache=True, **extra)
+        return [(layer.keys, layer.values) for layer in getattr(shared, self._keyword).layers]
 
     def states(self, r: int) -> tuple[torch.Tensor, torch.nn.Module | None]:
         """Row ``r``'s pass: ``(hidden states [n, H] at its loss positions, the output layer)``, or
@@ -522,15 +534,16 @@ class _RowPasses:
         return self._network(**inputs, logits_to_keep=needed).logits[0], None
 
     def backward_prefix(self) -> None:
-        """Carry the gradients the rows left on the detached prefix keys and values through the prefix's pass."""
-        pairs = [
-            (state, leaf.grad)
-            for states, leaves in zip(self._prefix_states, self._attended, strict=True)
-            for state, leaf in zip(states, leaves, strict=True)
-            if leaf is not state and leaf.grad is not None
-        ]
-        if pairs:
-            torch.autograd.backward([state for state, _ in pairs], [grad for _, grad in pairs])
+        """Carry the gradients the rows left on the detached prefix keys and values through the
+        prefix's pass, run again with gradients (the same values: the same computation)."""
+        if not self._recompute or not self.prefix:
+            return
+        grads = [leaf.grad for leaves in self._attended for leaf in leaves]
+        if all(grad is None for grad in grads):
+            return
+        states = [state for pair in self._prefix_pass() for state in pair]
+        pairs = [(state, grad) for state, grad in zip(states, grads, strict=True) if grad is not None]
+        torch.autograd.backward([state for state, _ in pairs], [grad for _, grad in pairs])
 
 
 def _cache_from(states: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:

@@ -249,6 +249,24 @@ def test_backward_by_row_gives_the_gradient_of_the_whole_batch(model, monkeypatc
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
+def test_the_rows_run_beside_a_prefix_without_activations_and_backward_runs_it_again(model) -> None:
+    """The shared prefix's pass keeps no graph while the rows run (its activations would stay for
+    the whole micro-batch); its gradient comes from a second pass in backward_prefix."""
+    from agentgym.trainers.modeling import _RowPasses
+
+    batch = grouped_batch()
+    passes = _RowPasses(model, batch, share_prefix=True, leaf_prefix=True)
+    assert passes.prefix >= MIN_SHARED_PREFIX
+    assert all(state.grad_fn is None for pair in passes._prefix_states for state in pair)
+    calls = []
+    model.get_decoder().register_forward_hook(lambda *_: calls.append(torch.is_grad_enabled()))
+    for r in passes.rows:
+        passes.states(r)[0].sum().backward()
+    passes.backward_prefix()
+    assert calls == [True] * len(passes.rows) + [True]  # the rows, then the prefix with gradients
+    assert model.get_input_embeddings().weight.grad is not None
+
+
 needs_disk_mapping = pytest.mark.skipif(
     __import__("agentgym.trainers.memory", fromlist=["disk_folder"]).disk_folder() is None, reason="needs Linux and a temporary folder on disk"
 )
