@@ -1,13 +1,18 @@
 """How much memory a training or evaluation process reaches at its peak, estimated before it starts.
 
 ``agentgym experiment`` runs several phases side by side; it starts a phase only when the
-estimates of the phases running and of the new one fit in the memory that was available when the
-experiment started (:class:`MemoryBudget`). The estimates (``benchmarks/bench_memory.py`` measures
-the real peaks) count, for a model of ``W`` weight bytes and ``k`` key/value bytes per token:
+estimates of the phases running and of the new one fit in its :class:`MemoryBudget`: the memory
+that was available when the experiment started, and at most :data:`MEMORY_LIMIT` (6 GB) whatever
+the machine has. The estimates (``benchmarks/bench_memory.py`` measures the real peaks) count,
+for a model of ``W`` weight bytes, ``k`` key/value bytes per token and ``a`` activation bytes per
+token of a training pass:
 
-* a **training** process: ``4 W`` (weights, gradients and AdamW's two moments, all float32), the
-  key/value buffers of its rollouts (``rows x tokens x k``), and :data:`TRAINING_OVERHEAD`
-  (one row's activations, a chunk of logits, the Python runtime and the allocator's slack);
+* a **training** process: the larger of its rollouts, ``W + rows x tokens x k`` (weights and the
+  key/value buffers), and its update, ``2 W + M + tokens x a`` (weights, gradients, the AdamW
+  moments ``M`` and one pass's activations: a row's, or the shared prefix's when backward runs it
+  again); ``M`` is ``2 W``, or nothing when the moments live on disk between steps
+  (:func:`optimizer_state_folder`); plus :data:`TRAINING_OVERHEAD` (the Python runtime with torch
+  and transformers, a chunk of logits, the allocator's slack);
 * an **evaluation** process: ``W``, its key/value buffers, and :data:`EVALUATION_OVERHEAD`.
 
 ``tokens`` is the most an episode holds: ``rollout.max_total_tokens`` when set, else
@@ -38,6 +43,8 @@ if TYPE_CHECKING:
 __all__ = [
     "EPISODE_TOKENS",
     "EVALUATION_OVERHEAD",
+    "MEMORY_LIMIT",
+    "OFFLOAD_OPTIMIZER_STATE",
     "TRAINING_OVERHEAD",
     "MappedFile",
     "MemoryBudget",
@@ -45,14 +52,17 @@ __all__ = [
     "available_memory",
     "disk_folder",
     "model_footprint",
+    "optimizer_state_folder",
     "return_freed_memory",
 ]
 
 GIB = 2**30
-TRAINING_OVERHEAD = GIB
+TRAINING_OVERHEAD = GIB // 2
 EVALUATION_OVERHEAD = 3 * GIB // 4
 EPISODE_TOKENS = 2048
 """Tokens an episode is assumed to hold when the configuration sets no ``max_total_tokens``."""
+MEMORY_LIMIT = 6 * 10**9
+"""Bytes the phases of an experiment may hold together by default, however much the machine has."""
 
 
 @dataclass(frozen=True)
@@ -62,14 +72,22 @@ class ModelFootprint:
     Attributes:
         weight_bytes: the model's weights as loaded for training (float32).
         kv_bytes_per_token: keys and values of one token over all layers, float32.
+        activation_bytes_per_token: what a training pass keeps for backward per token, float32
+            (about ``4 x layers x (8 x hidden + 4 x intermediate)`` for a Llama-style decoder:
+            1.29 MB for SmolLM2-135M, whose prefix pass measured 1.25 MB).
     """
 
     weight_bytes: int
     kv_bytes_per_token: int
+    activation_bytes_per_token: int = 0
 
     def training_peak(self, rows: int, tokens: int) -> int:
         """Estimated peak bytes of a training process whose rollouts decode ``rows`` episodes of ``tokens``."""
-        return 4 * self.weight_bytes + rows * tokens * self.kv_bytes_per_token + TRAINING_OVERHEAD
+        weights = self.weight_bytes
+        moments = 0 if optimizer_state_folder() is not None else 2 * weights
+        rollouts = weights + rows * tokens * self.kv_bytes_per_token
+        update = 2 * weights + moments + tokens * self.activation_bytes_per_token
+        return max(rollouts, update) + TRAINING_OVERHEAD
 
     def evaluation_peak(self, rows: int, tokens: int) -> int:
         """Estimated peak bytes of an evaluation process decoding ``rows`` episodes of ``tokens`` at once."""
@@ -91,7 +109,13 @@ def model_footprint(folder: str | Path) -> ModelFootprint | None:
     head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
     kv_heads = config.get("num_key_value_heads") or heads
     layers = config.get("num_hidden_layers") or 0
-    return ModelFootprint(weight_bytes=stored * 4 // dtype_bytes, kv_bytes_per_token=2 * layers * kv_heads * head_dim * 4)
+    hidden = config.get("hidden_size") or 0
+    intermediate = config.get("intermediate_size") or 4 * hidden
+    return ModelFootprint(
+        weight_bytes=stored * 4 // dtype_bytes,
+        kv_bytes_per_token=2 * layers * kv_heads * head_dim * 4,
+        activation_bytes_per_token=4 * layers * (8 * hidden + 4 * intermediate),
+    )
 
 
 def available_memory() -> int:
@@ -115,11 +139,13 @@ class MemoryBudget:
         available: bytes available when the experiment started.
         training: estimated peak of a training phase.
         evaluation: estimated peak of an evaluation phase.
+        limit: the most the phases may hold together, however much is available.
     """
 
     available: int
     training: int
     evaluation: int
+    limit: int = MEMORY_LIMIT
 
     def estimate(self, kind: str) -> int:
         """The estimate of a phase of ``kind`` (``train`` or ``eval``)."""
@@ -127,7 +153,7 @@ class MemoryBudget:
 
     def fits(self, kinds: list[str], kind: str) -> bool:
         """Whether a ``kind`` phase fits beside phases of ``kinds``; a phase alone always runs."""
-        return not kinds or sum(map(self.estimate, [*kinds, kind])) <= self.available
+        return not kinds or sum(map(self.estimate, [*kinds, kind])) <= min(self.available, self.limit)
 
 
 _MADV_DONTNEED = 4
@@ -155,6 +181,17 @@ def return_freed_memory() -> None:
     trim = getattr(libc, "malloc_trim", None)
     if trim is not None:
         trim(0)
+
+
+OFFLOAD_OPTIMIZER_STATE = True
+"""A CPU model's AdamW moments live on disk between steps (``agentgym.trainers.modeling.OffloadedAdamW``);
+``False``: in memory (the path before, ``benchmarks/bench_memory.py --paths old``)."""
+
+
+def optimizer_state_folder() -> Path | None:
+    """Where a CPU model's AdamW moments live between steps (the temporary folder), or ``None``:
+    in memory (:data:`OFFLOAD_OPTIMIZER_STATE` is off, or that folder is not on disk)."""
+    return disk_folder() if OFFLOAD_OPTIMIZER_STATE else None
 
 
 def disk_folder(folder: str | Path | None = None) -> Path | None:

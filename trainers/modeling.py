@@ -32,7 +32,7 @@ from torch.utils.checkpoint import checkpoint
 
 from agentgym.models import DEFAULT_MODEL, TokenBatch, load_model
 from agentgym.models.engine import cache_keyword
-from agentgym.trainers.memory import MappedFile, disk_folder, return_freed_memory
+from agentgym.trainers.memory import MappedFile, optimizer_state_folder, return_freed_memory
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -44,7 +44,6 @@ __all__ = [
     "BACKWARD_BY_ROW",
     "LOGPROB_CHUNK_TOKENS",
     "MIN_SHARED_PREFIX",
-    "OFFLOAD_OPTIMIZER_STATE",
     "OffloadedAdamW",
     "Reference",
     "TensorBatch",
@@ -75,11 +74,6 @@ LOGPROB_CHUNK_TOKENS: int | None = 512
 With gradients, a chunk's logits are recomputed in backward rather than kept. For the bundled
 model (a 49,152-token vocabulary) a chunk's float32 logits take 96 MiB; a pass over 2,000 loss
 tokens kept ~4 such tensors of 375 MiB each before."""
-
-
-OFFLOAD_OPTIMIZER_STATE = True
-""":func:`make_optimizer` keeps a CPU model's AdamW moments on disk between steps
-(:class:`OffloadedAdamW`); ``False``: in memory (the path before)."""
 
 
 class TrainerError(RuntimeError):
@@ -186,14 +180,14 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 def make_optimizer(model: torch.nn.Module, optim: OptimSection, total_steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
     """AdamW over the trainable parameters and the warm-up + decay schedule over ``total_steps``.
 
-    On a CPU the moments live on disk between steps (:class:`OffloadedAdamW`, when
-    :data:`OFFLOAD_OPTIMIZER_STATE` and the temporary folder is on disk)."""
+    On a CPU the moments live on disk between steps (:class:`OffloadedAdamW`), unless
+    :func:`~agentgym.trainers.memory.optimizer_state_folder` finds no folder on disk for them."""
     from transformers import get_scheduler
 
     betas = cast("tuple[float, float]", tuple(optim.betas))  # a pair: the config's type, checked when it is loaded
     params = trainable_parameters(model)
     options: dict[str, Any] = {"lr": optim.lr, "betas": betas, "eps": optim.eps, "weight_decay": optim.weight_decay}
-    folder = disk_folder() if OFFLOAD_OPTIMIZER_STATE and all(p.device.type == "cpu" for p in params) else None
+    folder = optimizer_state_folder() if all(p.device.type == "cpu" for p in params) else None
     optimizer = OffloadedAdamW(params, folder=folder, **options) if folder is not None else torch.optim.AdamW(params, **options)
     name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[optim.schedule]
     scheduler = get_scheduler(name, optimizer, num_warmup_steps=optim.warmup_steps, num_training_steps=max(total_steps, 1))
