@@ -27,10 +27,17 @@ bf16 units (float32 is ~5x faster there); ``--sft-steps``, ``--grpo-steps`` and 
 trade fidelity for time. GRPO from a model that fails every task has nothing to update; add
 ``--keep-degenerate-groups`` to run the update anyway (same shapes, zero advantages).
 
-The whole main job's summed peak (every concurrent phase process together) is measured by running
-it under ``benchmarks/bench_memory.py --watch agentgym experiment trainers/configs/experiments/learning_cpu.yaml``: it samples the resident
-memory of the command and all its descendants every 0.2 s and prints the largest sum (and the
-largest single process).
+The main job runs its phases side by side, so what the machine must hold is their sum.
+``--experiment`` runs a shortened copy of the experiment (``agentgym experiment``, the same
+scheduler, two phases at a time; one seed, one SFT and one GRPO step, fewer and shorter episodes,
+float32 products, so that it takes minutes) on each path, and samples the resident memory of the
+whole process tree every 0.2 s: it prints the largest sum, the largest single process and the
+seconds, and the new/old ratios. The path before also schedules as before: no memory limit. Its
+episodes are shorter than the real job's, so its sums are smaller; the whole job's summed peak is
+measured by running it under ``benchmarks/bench_memory.py --watch agentgym experiment
+trainers/configs/experiments/learning_cpu.yaml`` (an hour on 2 cores).
+
+    python benchmarks/bench_memory.py --experiment                      # both paths, side by side in time
 """
 
 from __future__ import annotations
@@ -128,11 +135,13 @@ def _folder_bytes(path: Path) -> int:
 
 
 def _use_path(path: str) -> None:
-    """Switch this process to the path before (``old``) or leave today's defaults (``new``)."""
+    """Switch this process to the path before (``old``: whole-micro-batch backward over a prefix
+    pass that keeps its activations, one logits tensor a pass, doubling key/value buffers, AdamW
+    moments in memory) or leave today's defaults (``new``)."""
     if path == "new":
         return
     from agentgym.models import hf
-    from agentgym.trainers import modeling
+    from agentgym.trainers import memory, modeling
 
     class DoublingBackend(hf.HFBackend):
         """Key/value buffers that double when they grow, as before."""
@@ -144,6 +153,7 @@ def _use_path(path: str) -> None:
     hf.HFBackend = DoublingBackend  # type: ignore[misc]
     modeling.BACKWARD_BY_ROW = False
     modeling.LOGPROB_CHUNK_TOKENS = None
+    memory.OFFLOAD_OPTIMIZER_STATE = False
 
 
 def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) -> None:
@@ -310,15 +320,89 @@ def _tree_rss(root: int) -> list[int]:
     return [rss[pid] for pid in tree if pid in rss]
 
 
-def _watch(command: list[str]) -> None:
-    """Run ``command``; print the largest summed resident memory of it and its descendants."""
-    process = subprocess.Popen(command)
-    peak_sum = peak_one = 0
+@dataclass
+class TreePeak:
+    """The resident memory of a command and its descendants, sampled while it ran."""
+
+    summed: int = 0  # the largest sum over the processes alive at one time
+    largest: int = 0  # the largest single process
+    seconds: float = 0.0
+    returncode: int = 0
+
+
+def _watch(command: list[str], env: dict[str, str] | None = None) -> TreePeak:
+    """Run ``command``, sampling the summed resident memory of it and its descendants every 0.2 s."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env)
+    peak = TreePeak()
     while process.poll() is None:
         rss = _tree_rss(process.pid)
-        peak_sum, peak_one = max(peak_sum, sum(rss)), max(peak_one, max(rss, default=0))
+        peak.summed, peak.largest = max(peak.summed, sum(rss)), max(peak.largest, max(rss, default=0))
         time.sleep(0.2)
-    print(f"summed peak resident memory {peak_sum / MIB:.0f} MiB; largest single process {peak_one / MIB:.0f} MiB; exit code {process.returncode}")
+    peak.seconds, peak.returncode = time.perf_counter() - started, process.returncode
+    return peak
+
+
+PATH_VARIABLE = "AGENTGYM_BENCH_MEMORY_PATH"
+"""Set for --run-experiment's phase workers: they import this file as ``__mp_main__`` (the spawn
+start method), and the path before is switched on there (see the end of this file)."""
+
+
+def _short_experiment(folder: Path, args: argparse.Namespace) -> Path:
+    """A shortened copy of the learning experiment's configuration, results in ``folder``."""
+    import yaml
+
+    data = yaml.safe_load(EXPERIMENT.read_text(encoding="utf-8"))
+    data.pop("development", None)
+    data.pop("choices", None)
+    data["seeds"] = data["seeds"][:1]
+    data["output_dir"] = str(folder / "results")
+    data["evaluation"]["tasks"]["count"] = args.experiment_eval_tasks
+    data["evaluation"]["trials"] = 2
+    training = data["training"]
+    training["autocast"] = args.autocast or "off"
+    training["rollout"].update(num_tasks=1, group_size=4, max_turns=2)
+    training["sft"].update(steps=args.sft_steps, batch_size=4, micro_batch_size=4)
+    training["grpo"].update(steps=args.grpo_steps, micro_batch_size=4, filter_degenerate=False)
+    training["checkpoint"] = {"every": 0, "keep": 1}
+    path = folder / "experiment.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def _run_experiment(config_path: Path, path: str) -> None:
+    """Child process of --experiment: run the experiment on ``path`` (its workers follow, see PATH_VARIABLE)."""
+    import dataclasses
+    import sys
+
+    from agentgym.envs import register_envs
+    from agentgym.trainers import experiment
+
+    register_envs()
+    if path == "old":
+        # The scheduler before: what is available, no limit.
+        estimate = experiment._memory_budget
+        experiment._memory_budget = lambda *a: dataclasses.replace(estimate(*a), limit=sys.maxsize)  # type: ignore[assignment]
+    experiment.run_experiment(experiment.load_experiment(config_path), log=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def _measure_experiment(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-memory-experiment-") as scratch:
+        peaks: dict[str, TreePeak] = {}
+        for path in args.paths:
+            folder = Path(scratch) / path
+            folder.mkdir()
+            config = _short_experiment(folder, args)
+            command = [sys.executable, __file__, "--run-experiment", str(config), "--run-path", path]
+            peaks[path] = _watch(command, env={**os.environ, PATH_VARIABLE: path})
+            if peaks[path].returncode != 0:
+                sys.exit(f"the experiment on the {path} path failed (exit code {peaks[path].returncode})")
+    print(f"{'path':<4} {'summed peak MiB':>16} {'largest process MiB':>20} {'s':>7}")
+    for path, peak in peaks.items():
+        print(f"{path:<4} {peak.summed / MIB:>16.0f} {peak.largest / MIB:>20.0f} {peak.seconds:>7.1f}")
+    if {"old", "new"} <= peaks.keys():
+        old, new = peaks["old"], peaks["new"]
+        print(f"new/old: summed peak {new.summed / old.summed:.2f}x, largest process {new.largest / old.largest:.2f}x, speed {old.seconds / new.seconds:.2f}x")
 
 
 def main() -> None:
@@ -342,9 +426,20 @@ def main() -> None:
     )
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--watch", nargs=argparse.REMAINDER, help="run this command and report its summed peak (see the module docstring)")
+    parser.add_argument("--experiment", action="store_true", help="the summed peak of a shortened experiment's concurrent phases (see the module docstring)")
+    parser.add_argument("--experiment-eval-tasks", type=int, default=4, help="--experiment: evaluation tasks (each played twice)")
+    parser.add_argument("--run-experiment", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--run-path", choices=PATHS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.watch:
-        _watch(args.watch)
+        peak = _watch(args.watch)
+        print(f"summed peak resident memory {peak.summed / MIB:.0f} MiB; largest single process {peak.largest / MIB:.0f} MiB; exit code {peak.returncode}")
+        return
+    if args.run_experiment:
+        _run_experiment(args.run_experiment, args.run_path)
+        return
+    if args.experiment:
+        _measure_experiment(args)
         return
     measurements: list[Measurement] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as scratch:
@@ -368,3 +463,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+elif __name__ == "__mp_main__" and os.environ.get(PATH_VARIABLE) == "old":
+    _use_path("old")  # a phase worker of --run-experiment on the path before

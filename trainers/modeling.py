@@ -496,10 +496,15 @@ class _RowPasses:
         self._prefix_states: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._attended: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._recompute = leaf_prefix and torch.is_grad_enabled()
+        decoder = get_decoder() if get_decoder is not None else None
+        layers = getattr(decoder, "layers", None)
+        self._layers: list[torch.nn.Module] = list(layers) if isinstance(layers, torch.nn.ModuleList) else []
+        self._layer_inputs: list[tuple[tuple[Any, ...], dict[str, Any]] | None] = []
         if self.prefix:
             # With leaves, the prefix's pass keeps nothing for backward (its activations would stay
-            # for every row of the micro-batch); backward_prefix runs it again with gradients.
-            with torch.no_grad() if self._recompute else nullcontext():
+            # for every row of the micro-batch), only each decoder layer's inputs; backward_prefix
+            # runs the layers again one at a time, with gradients.
+            with torch.no_grad() if self._recompute else nullcontext(), self._recording_layer_inputs():
                 self._prefix_states = self._prefix_pass()
             leaves = self._recompute
             self._attended = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in self._prefix_states] if leaves else self._prefix_states
@@ -509,6 +514,21 @@ class _RowPasses:
         extra = {} if self._head is not None else {"logits_to_keep": 1}
         shared = self._network(input_ids=self._ids[:1, : self.prefix], use_cache=True, **extra)
         return [(layer.keys, layer.values) for layer in getattr(shared, self._keyword).layers]
+
+    @contextmanager
+    def _recording_layer_inputs(self) -> Iterator[None]:
+        """While a recomputed prefix runs: keep each decoder layer's arguments (its input is one
+        ``[1, prefix, H]`` tensor, a few MB; the rest is shared by the layers)."""
+        if not self._recompute:
+            yield
+            return
+        record = self._layer_inputs.append
+        hooks = [layer.register_forward_pre_hook(lambda _, args, kwargs: record((args, kwargs)), with_kwargs=True) for layer in self._layers]
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook.remove()
 
     def states(self, r: int) -> tuple[torch.Tensor, torch.nn.Module | None]:
         """Row ``r``'s pass: ``(hidden states [n, H] at its loss positions, the output layer)``, or
@@ -529,15 +549,65 @@ class _RowPasses:
 
     def backward_prefix(self) -> None:
         """Carry the gradients the rows left on the detached prefix keys and values through the
-        prefix's pass, run again with gradients (the same values: the same computation)."""
+        prefix's pass, run again with gradients (the same computation, so the same values): one
+        decoder layer at a time, last to first, from its recorded input, so that one layer's
+        activations exist at a time; then the part of the pass before the first layer."""
         if not self._recompute or not self.prefix:
             return
-        grads = [leaf.grad for leaves in self._attended for leaf in leaves]
-        if all(grad is None for grad in grads):
+        grads = [(k.grad, v.grad) for k, v in self._attended]
+        if all(g is None for pair in grads for g in pair):
             return
-        states = [state for pair in self._prefix_pass() for state in pair]
-        pairs = [(state, grad) for state, grad in zip(states, grads, strict=True) if grad is not None]
-        torch.autograd.backward([state for state, _ in pairs], [grad for _, grad in pairs])
+        if len(self._layer_inputs) != len(self._layers) or len(self._layers) != len(grads):
+            # A model whose layers this cannot see: the whole prefix pass again, with gradients.
+            pairs = [(state, g) for states, gs in zip(self._prefix_pass(), grads, strict=True) for state, g in zip(states, gs, strict=True) if g is not None]
+            torch.autograd.backward([state for state, _ in pairs], [g for _, g in pairs])
+            return
+        from transformers.cache_utils import Cache, DynamicCache
+
+        grad_hidden: torch.Tensor | None = None  # the gradient at the output of the layer being run
+        for index in reversed(range(len(self._layers))):
+            recorded = self._layer_inputs[index]
+            assert recorded is not None
+            self._layer_inputs[index] = None
+            args, kwargs = recorded
+            hidden = (args[0] if args else kwargs["hidden_states"]).detach().requires_grad_()
+            cache = DynamicCache()  # the layer's keys and values land here, in the graph
+            kwargs = {key: cache if isinstance(value, Cache) else value for key, value in kwargs.items()}
+            if args:
+                args = (hidden, *args[1:])
+            else:
+                kwargs["hidden_states"] = hidden
+            out = self._layers[index](*args, **kwargs)
+            out = out[0] if isinstance(out, tuple) else out
+            layer = cache.layers[index]
+            targets = [(out, grad_hidden), (layer.keys, grads[index][0]), (layer.values, grads[index][1])]
+            pairs = [(t, g) for t, g in targets if g is not None]
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+            grad_hidden = hidden.grad
+        if grad_hidden is not None:
+            torch.autograd.backward(self._first_layer_input(), grad_hidden)
+
+    def _first_layer_input(self) -> torch.Tensor:
+        """The first decoder layer's input with its graph (the embeddings, and whatever the model
+        does to them): the prefix pass, stopped there."""
+        captured: list[torch.Tensor] = []
+
+        def stop(_: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            captured.append(args[0] if args else kwargs["hidden_states"])
+            raise _StopPass
+
+        hook = self._layers[0].register_forward_pre_hook(stop, with_kwargs=True)
+        try:
+            self._prefix_pass()
+        except _StopPass:
+            pass
+        finally:
+            hook.remove()
+        return captured[0]
+
+
+class _StopPass(Exception):
+    """Raised by a hook to end a forward pass early."""
 
 
 def _cache_from(states: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:

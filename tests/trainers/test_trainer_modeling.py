@@ -249,22 +249,26 @@ def test_backward_by_row_gives_the_gradient_of_the_whole_batch(model, monkeypatc
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
-def test_the_rows_run_beside_a_prefix_without_activations_and_backward_runs_it_again(model) -> None:
+def test_the_rows_run_beside_a_prefix_without_activations_and_backward_runs_it_again_layer_by_layer(model) -> None:
     """The shared prefix's pass keeps no graph while the rows run (its activations would stay for
-    the whole micro-batch); its gradient comes from a second pass in backward_prefix."""
+    the whole micro-batch); backward_prefix runs its decoder layers again, last to first, one
+    layer's graph at a time. (Its gradient equals the plain one: the tests above.)"""
     from agentgym.trainers.modeling import _RowPasses
 
     batch = grouped_batch()
     passes = _RowPasses(model, batch, share_prefix=True, leaf_prefix=True)
     assert passes.prefix >= MIN_SHARED_PREFIX
     assert all(state.grad_fn is None for pair in passes._prefix_states for state in pair)
-    calls = []
-    model.get_decoder().register_forward_hook(lambda *_: calls.append(torch.is_grad_enabled()))
     for r in passes.rows:
         passes.states(r)[0].sum().backward()
+    layers = list(model.get_decoder().layers)
+    calls: list[int] = []
+    for index, layer in enumerate(layers):
+        layer.register_forward_hook(lambda _, args, out, index=index: calls.append(index) if torch.is_grad_enabled() else None)
+    model.get_input_embeddings().weight.grad = None
     passes.backward_prefix()
-    assert calls == [True] * len(passes.rows) + [True]  # the rows, then the prefix with gradients
-    assert model.get_input_embeddings().weight.grad is not None
+    assert calls == list(reversed(range(len(layers))))
+    assert model.get_input_embeddings().weight.grad is not None  # through the part before the first layer
 
 
 needs_disk_mapping = pytest.mark.skipif(
