@@ -38,6 +38,16 @@ measured by running it under ``benchmarks/bench_memory.py --watch agentgym exper
 trainers/configs/experiments/learning_cpu.yaml`` (an hour on 2 cores).
 
     python benchmarks/bench_memory.py --experiment                      # both paths, side by side in time
+
+``--update`` measures a GRPO update alone, in minutes: a batch shaped like the experiment's (one
+group of 8 episodes: the 779-token prompt the group shares, then 4 turns of 20-64 sampled and
+30-60 environment tokens, random ids from a seeded generator, rewards 0 and 1 alternating), the
+bundled model, AdamW's moments made first (as in every step after a phase's first), run on the
+old and the new path alternately (``--update-repeats`` times each), each in its own process. It
+prints each run's peak resident memory during the update and seconds, the gradient norms (equal
+up to float rounding) and the new/old ratios.
+
+    python benchmarks/bench_memory.py --update
 """
 
 from __future__ import annotations
@@ -355,6 +365,7 @@ def _short_experiment(folder: Path, args: argparse.Namespace) -> Path:
     data = yaml.safe_load(EXPERIMENT.read_text(encoding="utf-8"))
     data.pop("development", None)
     data.pop("choices", None)
+    data.pop("ablations", None)
     data["seeds"] = data["seeds"][:1]
     data["output_dir"] = str(folder / "results")
     data["evaluation"]["tasks"]["count"] = args.experiment_eval_tasks
@@ -405,6 +416,104 @@ def _measure_experiment(args: argparse.Namespace) -> None:
         print(f"new/old: summed peak {new.summed / old.summed:.2f}x, largest process {new.largest / old.largest:.2f}x, speed {old.seconds / new.seconds:.2f}x")
 
 
+UPDATE_PROMPT, UPDATE_TURNS = 779, 4
+
+
+@dataclass
+class UpdateRun:
+    """One GRPO update on one path, in its own process."""
+
+    path: str
+    peak_rss: int = 0
+    seconds: float = 0.0
+    grad_norm: float = 0.0
+
+
+def _synthetic_episodes(rows: int, seed: int = 0) -> list[Any]:
+    """Episodes shaped like one group of the experiment's (see the module docstring); only what the update reads."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, 49152, UPDATE_PROMPT).tolist()
+    episodes = []
+    for member in range(rows):
+        ids, mask = list(prompt), [0] * UPDATE_PROMPT
+        for _ in range(UPDATE_TURNS):
+            sampled, reply = int(rng.integers(20, 65)), int(rng.integers(30, 61))
+            ids += rng.integers(0, 49152, sampled + reply).tolist()
+            mask += [1] * sampled + [0] * reply
+        trajectory = SimpleNamespace(token_ids=tuple(ids), loss_mask=tuple(mask), logprobs=tuple(-1.0 * m for m in mask))
+        episodes.append(SimpleNamespace(trajectory=trajectory, reward=float(member % 2), stop_reason="done", infra_error=False))
+    return episodes
+
+
+def _measure_update(args: argparse.Namespace, path: str, out: Path) -> None:
+    """Child process: one GRPO update of the synthetic batch on ``path``; writes an :class:`UpdateRun`."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    _use_path(path)
+    from agentgym.trainers import experiment, memory, modeling, trainer
+
+    config = experiment.load_experiment(EXPERIMENT, output_dir=str(out.parent / "unused"))
+    if args.autocast is not None:
+        config.training["autocast"] = args.autocast
+    train_config = experiment._train_config(config, "grpo", 0, [], [], out.parent / "unused", change={"grpo": {"filter_degenerate": False}})
+    policy, tokenizer = modeling.load_policy(None)
+    optimizer, scheduler = modeling.make_optimizer(policy, train_config.optim, 10)
+    for p in modeling.trainable_parameters(policy):  # the moments exist, as in every step after the first
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    memory.return_freed_memory()
+    episodes = _synthetic_episodes(args.update_rows)
+    g = train_config.grpo
+    with _RssSampler() as sampler, sampler.during("update"), modeling.autocast(torch.device("cpu"), train_config.autocast):
+        started = time.perf_counter()
+        metrics = trainer.grpo_update(
+            policy,
+            None,
+            optimizer,
+            scheduler,
+            episodes,
+            g,
+            group_size=args.update_rows,
+            temperature=train_config.rollout.temperature,
+            pad_token_id=tokenizer.eos_token_id,
+            max_len=256,
+            max_grad_norm=train_config.optim.max_grad_norm,
+            shuffle_seed=0,
+        )
+        seconds = time.perf_counter() - started
+    run = UpdateRun(path, peak_rss=sampler.peaks["update"], seconds=seconds, grad_norm=metrics["optim/grad_norm"])
+    out.write_text(json.dumps(asdict(run)), encoding="utf-8")
+
+
+def _update_benchmark(args: argparse.Namespace) -> None:
+    runs: list[UpdateRun] = []
+    with tempfile.TemporaryDirectory(prefix="bench-memory-update-") as scratch:
+        for repeat in range(args.update_repeats):
+            for path in args.paths if repeat % 2 == 0 else list(reversed(args.paths)):
+                out = Path(scratch) / f"{path}-{repeat}.json"
+                process = multiprocessing.get_context("spawn").Process(target=_measure_update, args=(args, path, out))
+                process.start()
+                process.join()
+                if process.exitcode != 0:
+                    sys.exit(f"the update on the {path} path failed (exit code {process.exitcode})")
+                runs.append(UpdateRun(**json.loads(out.read_text(encoding="utf-8"))))
+    print(f"{'path':<4} {'peak MiB':>9} {'s':>7} {'grad norm':>12}")
+    for run in runs:
+        print(f"{run.path:<4} {run.peak_rss / MIB:>9.0f} {run.seconds:>7.1f} {run.grad_norm:>12.6f}")
+    by_path = {path: [r for r in runs if r.path == path] for path in PATHS}
+    if all(by_path.values()):
+        old, new = by_path["old"], by_path["new"]
+        peak = max(r.peak_rss for r in new) / max(r.peak_rss for r in old)
+        speed = sum(r.seconds for r in old) / sum(r.seconds for r in new)
+        print(f"new/old: peak memory {peak:.2f}x, speed {speed:.2f}x (old seconds / new seconds, summed over the runs)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
@@ -428,6 +537,9 @@ def main() -> None:
     parser.add_argument("--watch", nargs=argparse.REMAINDER, help="run this command and report its summed peak (see the module docstring)")
     parser.add_argument("--experiment", action="store_true", help="the summed peak of a shortened experiment's concurrent phases (see the module docstring)")
     parser.add_argument("--experiment-eval-tasks", type=int, default=4, help="--experiment: evaluation tasks (each played twice)")
+    parser.add_argument("--update", action="store_true", help="a GRPO update alone, on a synthetic batch (see the module docstring)")
+    parser.add_argument("--update-rows", type=int, default=8, help="--update: episodes in the batch (one group)")
+    parser.add_argument("--update-repeats", type=int, default=1, help="--update: runs of each path")
     parser.add_argument("--run-experiment", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--run-path", choices=PATHS, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -440,6 +552,9 @@ def main() -> None:
         return
     if args.experiment:
         _measure_experiment(args)
+        return
+    if args.update:
+        _update_benchmark(args)
         return
     measurements: list[Measurement] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as scratch:
