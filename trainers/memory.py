@@ -264,14 +264,18 @@ class MappedFile:
         return tensor.untyped_storage().data_ptr() == self._storage.untyped_storage().data_ptr()
 
     def private_view(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` (one of this file's) read through a new private mapping of the file, which
-        goes away with the returned tensor: reading it does not leave the pages in the process."""
+        """``tensor`` (one of this file's) read through a private mapping of exactly its bytes,
+        which goes away with the returned tensor: reading it (to save it) neither leaves the pages
+        in the process nor makes a copy, and it is saved as a tensor of its own size."""
+        import numpy as np
         import torch
 
-        whole = torch.from_file(f"/proc/self/fd/{self._fd}", shared=False, size=self._storage.numel(), dtype=torch.uint8)
-        start = tensor.data_ptr() - self._storage.data_ptr()
         nbytes = tensor.numel() * tensor.element_size()
-        return whole[start : start + nbytes].view(tensor.dtype).view(tensor.shape)
+        if nbytes == 0:
+            return tensor.clone()
+        start = tensor.data_ptr() - self._storage.data_ptr()
+        region = np.memmap(f"/proc/self/fd/{self._fd}", dtype=np.uint8, mode="c", offset=start, shape=(nbytes,))
+        return torch.from_numpy(region).view(tensor.dtype).view(tensor.shape)
 
     def page_out(self, tensor: torch.Tensor) -> None:
         """Drop ``tensor``'s pages (one of this file's) from the process's resident memory."""
