@@ -579,7 +579,7 @@ class _RowPasses:
                 kwargs["hidden_states"] = hidden
             out = self._layers[index](*args, **kwargs)
             out = out[0] if isinstance(out, tuple) else out
-            layer: Any = cache.layers[index]  # a key/value layer (a linear-attention layer has none: such models do not reach here)
+            layer: Any = cache.layers[index]  # its keys and values, as _prefix_pass reads them
             targets = [(out, grad_hidden), (layer.keys, grads[index][0]), (layer.values, grads[index][1])]
             pairs = [(t, g) for t, g in targets if g is not None]
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
