@@ -27,10 +27,27 @@ bf16 units (float32 is ~5x faster there); ``--sft-steps``, ``--grpo-steps`` and 
 trade fidelity for time. GRPO from a model that fails every task has nothing to update; add
 ``--keep-degenerate-groups`` to run the update anyway (same shapes, zero advantages).
 
-The whole main job's summed peak (every concurrent phase process together) is measured by running
-it under ``benchmarks/bench_memory.py --watch agentgym experiment trainers/configs/experiments/learning_cpu.yaml``: it samples the resident
-memory of the command and all its descendants every 0.2 s and prints the largest sum (and the
-largest single process).
+The main job runs its phases side by side, so what the machine must hold is their sum.
+``--experiment`` runs a shortened copy of the experiment (``agentgym experiment``, the same
+scheduler, two phases at a time; one seed, one SFT and one GRPO step, fewer and shorter episodes,
+float32 products, so that it takes minutes) on each path, and samples the resident memory of the
+whole process tree every 0.2 s: it prints the largest sum, the largest single process and the
+seconds, and the new/old ratios. The path before also schedules as before: no memory limit. Its
+episodes are shorter than the real job's, so its sums are smaller; the whole job's summed peak is
+measured by running it under ``benchmarks/bench_memory.py --watch agentgym experiment
+trainers/configs/experiments/learning_cpu.yaml`` (an hour on 2 cores).
+
+    python benchmarks/bench_memory.py --experiment                      # both paths, side by side in time
+
+``--update`` measures a GRPO update alone, in minutes: a batch shaped like the experiment's (one
+group of 8 episodes: the 779-token prompt the group shares, then 4 turns of 20-64 sampled and
+30-60 environment tokens, random ids from a seeded generator, rewards 0 and 1 alternating), the
+bundled model, AdamW's moments made first (as in every step after a phase's first), run on the
+old and the new path alternately (``--update-repeats`` times each), each in its own process. It
+prints each run's peak resident memory during the update and seconds, the gradient norms (equal
+up to float rounding) and the new/old ratios.
+
+    python benchmarks/bench_memory.py --update
 """
 
 from __future__ import annotations
@@ -128,11 +145,13 @@ def _folder_bytes(path: Path) -> int:
 
 
 def _use_path(path: str) -> None:
-    """Switch this process to the path before (``old``) or leave today's defaults (``new``)."""
+    """Switch this process to the path before (``old``: whole-micro-batch backward over a prefix
+    pass that keeps its activations, one logits tensor a pass, doubling key/value buffers, AdamW
+    moments in memory) or leave today's defaults (``new``)."""
     if path == "new":
         return
     from agentgym.models import hf
-    from agentgym.trainers import modeling
+    from agentgym.trainers import memory, modeling
 
     class DoublingBackend(hf.HFBackend):
         """Key/value buffers that double when they grow, as before."""
@@ -144,6 +163,7 @@ def _use_path(path: str) -> None:
     hf.HFBackend = DoublingBackend  # type: ignore[misc]
     modeling.BACKWARD_BY_ROW = False
     modeling.LOGPROB_CHUNK_TOKENS = None
+    memory.OFFLOAD_OPTIMIZER_STATE = False
 
 
 def _measure_phase(args: argparse.Namespace, phase: str, path: str, work: Path) -> None:
@@ -312,15 +332,188 @@ def _tree_rss(root: int) -> list[int]:
     return [rss[pid] for pid in tree if pid in rss]
 
 
-def _watch(command: list[str]) -> None:
-    """Run ``command``; print the largest summed resident memory of it and its descendants."""
-    process = subprocess.Popen(command)
-    peak_sum = peak_one = 0
+@dataclass
+class TreePeak:
+    """The resident memory of a command and its descendants, sampled while it ran."""
+
+    summed: int = 0  # the largest sum over the processes alive at one time
+    largest: int = 0  # the largest single process
+    seconds: float = 0.0
+    returncode: int = 0
+
+
+def _watch(command: list[str], env: dict[str, str] | None = None) -> TreePeak:
+    """Run ``command``, sampling the summed resident memory of it and its descendants every 0.2 s."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, env=env)
+    peak = TreePeak()
     while process.poll() is None:
         rss = _tree_rss(process.pid)
-        peak_sum, peak_one = max(peak_sum, sum(rss)), max(peak_one, max(rss, default=0))
+        peak.summed, peak.largest = max(peak.summed, sum(rss)), max(peak.largest, max(rss, default=0))
         time.sleep(0.2)
-    print(f"summed peak resident memory {peak_sum / MIB:.0f} MiB; largest single process {peak_one / MIB:.0f} MiB; exit code {process.returncode}")
+    peak.seconds, peak.returncode = time.perf_counter() - started, process.returncode
+    return peak
+
+
+PATH_VARIABLE = "AGENTGYM_BENCH_MEMORY_PATH"
+"""Set for --run-experiment's phase workers: they import this file as ``__mp_main__`` (the spawn
+start method), and the path before is switched on there (see the end of this file)."""
+
+
+def _short_experiment(folder: Path, args: argparse.Namespace) -> Path:
+    """A shortened copy of the learning experiment's configuration, results in ``folder``."""
+    import yaml
+
+    data = yaml.safe_load(EXPERIMENT.read_text(encoding="utf-8"))
+    data.pop("development", None)
+    data.pop("choices", None)
+    data.pop("ablations", None)
+    data["seeds"] = data["seeds"][:1]
+    data["output_dir"] = str(folder / "results")
+    data["evaluation"]["tasks"]["count"] = args.experiment_eval_tasks
+    data["evaluation"]["trials"] = 2
+    training = data["training"]
+    training["autocast"] = args.autocast or "off"
+    training["rollout"].update(num_tasks=1, group_size=4, max_turns=2)
+    training["sft"].update(steps=args.sft_steps, batch_size=4, micro_batch_size=4)
+    training["grpo"].update(steps=args.grpo_steps, micro_batch_size=4, filter_degenerate=False)
+    training["checkpoint"] = {"every": 0, "keep": 1}
+    path = folder / "experiment.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def _run_experiment(config_path: Path, path: str) -> None:
+    """Child process of --experiment: run the experiment on ``path`` (its workers follow, see PATH_VARIABLE)."""
+    import dataclasses
+    import sys
+
+    from agentgym.envs import register_envs
+    from agentgym.trainers import experiment
+
+    register_envs()
+    if path == "old":
+        # The scheduler before: what is available, no limit.
+        estimate = experiment._memory_budget
+        experiment._memory_budget = lambda *a: dataclasses.replace(estimate(*a), limit=sys.maxsize)  # type: ignore[assignment]
+    experiment.run_experiment(experiment.load_experiment(config_path), log=lambda line: print(line, file=sys.stderr, flush=True))
+
+
+def _measure_experiment(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="bench-memory-experiment-") as scratch:
+        peaks: dict[str, TreePeak] = {}
+        for path in args.paths:
+            folder = Path(scratch) / path
+            folder.mkdir()
+            config = _short_experiment(folder, args)
+            command = [sys.executable, __file__, "--run-experiment", str(config), "--run-path", path]
+            peaks[path] = _watch(command, env={**os.environ, PATH_VARIABLE: path})
+            if peaks[path].returncode != 0:
+                sys.exit(f"the experiment on the {path} path failed (exit code {peaks[path].returncode})")
+    print(f"{'path':<4} {'summed peak MiB':>16} {'largest process MiB':>20} {'s':>7}")
+    for path, peak in peaks.items():
+        print(f"{path:<4} {peak.summed / MIB:>16.0f} {peak.largest / MIB:>20.0f} {peak.seconds:>7.1f}")
+    if {"old", "new"} <= peaks.keys():
+        old, new = peaks["old"], peaks["new"]
+        print(f"new/old: summed peak {new.summed / old.summed:.2f}x, largest process {new.largest / old.largest:.2f}x, speed {old.seconds / new.seconds:.2f}x")
+
+
+UPDATE_PROMPT, UPDATE_TURNS = 779, 4
+
+
+@dataclass
+class UpdateRun:
+    """One GRPO update on one path, in its own process."""
+
+    path: str
+    peak_rss: int = 0
+    seconds: float = 0.0
+    grad_norm: float = 0.0
+
+
+def _synthetic_episodes(rows: int, seed: int = 0) -> list[Any]:
+    """Episodes shaped like one group of the experiment's (see the module docstring); only what the update reads."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    prompt = rng.integers(0, 49152, UPDATE_PROMPT).tolist()
+    episodes = []
+    for member in range(rows):
+        ids, mask = list(prompt), [0] * UPDATE_PROMPT
+        for _ in range(UPDATE_TURNS):
+            sampled, reply = int(rng.integers(20, 65)), int(rng.integers(30, 61))
+            ids += rng.integers(0, 49152, sampled + reply).tolist()
+            mask += [1] * sampled + [0] * reply
+        trajectory = SimpleNamespace(token_ids=tuple(ids), loss_mask=tuple(mask), logprobs=tuple(-1.0 * m for m in mask))
+        episodes.append(SimpleNamespace(trajectory=trajectory, reward=float(member % 2), stop_reason="done", infra_error=False))
+    return episodes
+
+
+def _measure_update(args: argparse.Namespace, path: str, out: Path) -> None:
+    """Child process: one GRPO update of the synthetic batch on ``path``; writes an :class:`UpdateRun`."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    _use_path(path)
+    from agentgym.trainers import experiment, memory, modeling, trainer
+
+    config = experiment.load_experiment(EXPERIMENT, output_dir=str(out.parent / "unused"))
+    if args.autocast is not None:
+        config.training["autocast"] = args.autocast
+    train_config = experiment._train_config(config, "grpo", 0, [], [], out.parent / "unused", change={"grpo": {"filter_degenerate": False}})
+    policy, tokenizer = modeling.load_policy(None)
+    optimizer, scheduler = modeling.make_optimizer(policy, train_config.optim, 10)
+    for p in modeling.trainable_parameters(policy):  # the moments exist, as in every step after the first
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    memory.return_freed_memory()
+    episodes = _synthetic_episodes(args.update_rows)
+    g = train_config.grpo
+    with _RssSampler() as sampler, sampler.during("update"), modeling.autocast(torch.device("cpu"), train_config.autocast):
+        started = time.perf_counter()
+        metrics = trainer.grpo_update(
+            policy,
+            None,
+            optimizer,
+            scheduler,
+            episodes,
+            g,
+            group_size=args.update_rows,
+            temperature=train_config.rollout.temperature,
+            pad_token_id=tokenizer.eos_token_id,
+            max_len=256,
+            max_grad_norm=train_config.optim.max_grad_norm,
+            shuffle_seed=0,
+        )
+        seconds = time.perf_counter() - started
+    run = UpdateRun(path, peak_rss=sampler.peaks["update"], seconds=seconds, grad_norm=metrics["optim/grad_norm"])
+    out.write_text(json.dumps(asdict(run)), encoding="utf-8")
+
+
+def _update_benchmark(args: argparse.Namespace) -> None:
+    runs: list[UpdateRun] = []
+    with tempfile.TemporaryDirectory(prefix="bench-memory-update-") as scratch:
+        for repeat in range(args.update_repeats):
+            for path in args.paths if repeat % 2 == 0 else list(reversed(args.paths)):
+                out = Path(scratch) / f"{path}-{repeat}.json"
+                process = multiprocessing.get_context("spawn").Process(target=_measure_update, args=(args, path, out))
+                process.start()
+                process.join()
+                if process.exitcode != 0:
+                    sys.exit(f"the update on the {path} path failed (exit code {process.exitcode})")
+                runs.append(UpdateRun(**json.loads(out.read_text(encoding="utf-8"))))
+    print(f"{'path':<4} {'peak MiB':>9} {'s':>7} {'grad norm':>12}")
+    for run in runs:
+        print(f"{run.path:<4} {run.peak_rss / MIB:>9.0f} {run.seconds:>7.1f} {run.grad_norm:>12.6f}")
+    by_path = {path: [r for r in runs if r.path == path] for path in PATHS}
+    if all(by_path.values()):
+        old, new = by_path["old"], by_path["new"]
+        peak = max(r.peak_rss for r in new) / max(r.peak_rss for r in old)
+        speed = sum(r.seconds for r in old) / sum(r.seconds for r in new)
+        print(f"new/old: peak memory {peak:.2f}x, speed {speed:.2f}x (old seconds / new seconds, summed over the runs)")
 
 
 def main() -> None:
@@ -344,9 +537,26 @@ def main() -> None:
     )
     parser.add_argument("--json", metavar="FILE")
     parser.add_argument("--watch", nargs=argparse.REMAINDER, help="run this command and report its summed peak (see the module docstring)")
+    parser.add_argument("--experiment", action="store_true", help="the summed peak of a shortened experiment's concurrent phases (see the module docstring)")
+    parser.add_argument("--experiment-eval-tasks", type=int, default=4, help="--experiment: evaluation tasks (each played twice)")
+    parser.add_argument("--update", action="store_true", help="a GRPO update alone, on a synthetic batch (see the module docstring)")
+    parser.add_argument("--update-rows", type=int, default=8, help="--update: episodes in the batch (one group)")
+    parser.add_argument("--update-repeats", type=int, default=1, help="--update: runs of each path")
+    parser.add_argument("--run-experiment", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--run-path", choices=PATHS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.watch:
-        _watch(args.watch)
+        peak = _watch(args.watch)
+        print(f"summed peak resident memory {peak.summed / MIB:.0f} MiB; largest single process {peak.largest / MIB:.0f} MiB; exit code {peak.returncode}")
+        return
+    if args.run_experiment:
+        _run_experiment(args.run_experiment, args.run_path)
+        return
+    if args.experiment:
+        _measure_experiment(args)
+        return
+    if args.update:
+        _update_benchmark(args)
         return
     measurements: list[Measurement] = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as scratch:
@@ -370,3 +580,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+elif __name__ == "__mp_main__" and os.environ.get(PATH_VARIABLE) == "old":
+    _use_path("old")  # a phase worker of --run-experiment on the path before

@@ -1,33 +1,68 @@
 """How much memory a training or evaluation process reaches at its peak, estimated before it starts.
 
 ``agentgym experiment`` runs several phases side by side; it starts a phase only when the
-estimates of the phases running and of the new one fit in the memory that was available when the
-experiment started (:class:`MemoryBudget`). The estimates (``benchmarks/bench_memory.py`` measures
-the real peaks) count, for a model of ``W`` weight bytes and ``k`` key/value bytes per token:
+estimates of the phases running and of the new one fit in its :class:`MemoryBudget`: the memory
+that was available when the experiment started, and at most :data:`MEMORY_LIMIT` (6 GB) whatever
+the machine has. The estimates (``benchmarks/bench_memory.py`` measures the real peaks) count,
+for a model of ``W`` weight bytes, ``k`` key/value bytes per token and ``a`` activation bytes per
+token of a training pass:
 
-* a **training** process: ``4 W`` (weights, gradients and AdamW's two moments, all float32), the
-  key/value buffers of its rollouts (``rows x tokens x k``), and :data:`TRAINING_OVERHEAD`
-  (one row's activations, a chunk of logits, the Python runtime and the allocator's slack);
+* a **training** process: the larger of its rollouts, ``W + rows x tokens x k`` (weights and the
+  key/value buffers), and its update, ``2 W + M + tokens x a`` (weights, gradients, the AdamW
+  moments ``M`` and one pass's activations: a row's, or the shared prefix's when backward runs it
+  again); ``M`` is ``2 W``, or nothing when the moments live on disk between steps
+  (:func:`optimizer_state_folder`); plus :data:`TRAINING_OVERHEAD` (the Python runtime with torch
+  and transformers, a chunk of logits, the allocator's slack);
 * an **evaluation** process: ``W``, its key/value buffers, and :data:`EVALUATION_OVERHEAD`.
 
 ``tokens`` is the most an episode holds: ``rollout.max_total_tokens`` when set, else
 :data:`EPISODE_TOKENS`.
+
+It also holds the means the trainers use to keep a process's resident memory low:
+:class:`MappedFile` (tensors in an unlinked file on disk, paged out of the process between uses;
+the AdamW moments live there between optimiser steps) and :func:`return_freed_memory` (hands the
+allocator's free pages back to the system).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
+import math
 import os
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["EPISODE_TOKENS", "EVALUATION_OVERHEAD", "TRAINING_OVERHEAD", "MemoryBudget", "ModelFootprint", "available_memory", "model_footprint"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "EPISODE_TOKENS",
+    "EVALUATION_OVERHEAD",
+    "MEMORY_LIMIT",
+    "OFFLOAD_OPTIMIZER_STATE",
+    "TRAINING_OVERHEAD",
+    "MappedFile",
+    "MemoryBudget",
+    "ModelFootprint",
+    "available_memory",
+    "disk_folder",
+    "model_footprint",
+    "optimizer_state_folder",
+    "return_freed_memory",
+]
 
 GIB = 2**30
-TRAINING_OVERHEAD = GIB
+TRAINING_OVERHEAD = GIB // 2
 EVALUATION_OVERHEAD = 3 * GIB // 4
 EPISODE_TOKENS = 2048
 """Tokens an episode is assumed to hold when the configuration sets no ``max_total_tokens``."""
+MEMORY_LIMIT = 6 * 10**9
+"""Bytes the phases of an experiment may hold together by default, however much the machine has."""
 
 
 @dataclass(frozen=True)
@@ -37,14 +72,22 @@ class ModelFootprint:
     Attributes:
         weight_bytes: the model's weights as loaded for training (float32).
         kv_bytes_per_token: keys and values of one token over all layers, float32.
+        activation_bytes_per_token: what a training pass keeps for backward per token, float32
+            (about ``4 x layers x (8 x hidden + 4 x intermediate)`` for a Llama-style decoder:
+            1.29 MB for SmolLM2-135M, whose prefix pass measured 1.25 MB).
     """
 
     weight_bytes: int
     kv_bytes_per_token: int
+    activation_bytes_per_token: int = 0
 
     def training_peak(self, rows: int, tokens: int) -> int:
         """Estimated peak bytes of a training process whose rollouts decode ``rows`` episodes of ``tokens``."""
-        return 4 * self.weight_bytes + rows * tokens * self.kv_bytes_per_token + TRAINING_OVERHEAD
+        weights = self.weight_bytes
+        moments = 0 if optimizer_state_folder() is not None else 2 * weights
+        rollouts = weights + rows * tokens * self.kv_bytes_per_token
+        update = 2 * weights + moments + tokens * self.activation_bytes_per_token
+        return max(rollouts, update) + TRAINING_OVERHEAD
 
     def evaluation_peak(self, rows: int, tokens: int) -> int:
         """Estimated peak bytes of an evaluation process decoding ``rows`` episodes of ``tokens`` at once."""
@@ -66,7 +109,13 @@ def model_footprint(folder: str | Path) -> ModelFootprint | None:
     head_dim = config.get("head_dim") or config.get("hidden_size", 0) // heads
     kv_heads = config.get("num_key_value_heads") or heads
     layers = config.get("num_hidden_layers") or 0
-    return ModelFootprint(weight_bytes=stored * 4 // dtype_bytes, kv_bytes_per_token=2 * layers * kv_heads * head_dim * 4)
+    hidden = config.get("hidden_size") or 0
+    intermediate = config.get("intermediate_size") or 4 * hidden
+    return ModelFootprint(
+        weight_bytes=stored * 4 // dtype_bytes,
+        kv_bytes_per_token=2 * layers * kv_heads * head_dim * 4,
+        activation_bytes_per_token=4 * layers * (8 * hidden + 4 * intermediate),
+    )
 
 
 def available_memory() -> int:
@@ -90,11 +139,13 @@ class MemoryBudget:
         available: bytes available when the experiment started.
         training: estimated peak of a training phase.
         evaluation: estimated peak of an evaluation phase.
+        limit: the most the phases may hold together, however much is available.
     """
 
     available: int
     training: int
     evaluation: int
+    limit: int = MEMORY_LIMIT
 
     def estimate(self, kind: str) -> int:
         """The estimate of a phase of ``kind`` (``train`` or ``eval``)."""
@@ -102,4 +153,131 @@ class MemoryBudget:
 
     def fits(self, kinds: list[str], kind: str) -> bool:
         """Whether a ``kind`` phase fits beside phases of ``kinds``; a phase alone always runs."""
-        return not kinds or sum(map(self.estimate, [*kinds, kind])) <= self.available
+        return not kinds or sum(map(self.estimate, [*kinds, kind])) <= min(self.available, self.limit)
+
+
+_MADV_DONTNEED = 4
+_IN_MEMORY_FILESYSTEMS = frozenset({"tmpfs", "ramfs", "devtmpfs", "hugetlbfs"})
+_PAGE = 4096
+
+
+def _libc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    except OSError:
+        return None
+
+
+def return_freed_memory() -> None:
+    """Hand the C allocator's free pages back to the system (glibc's ``malloc_trim``).
+
+    glibc keeps freed blocks below its mmap threshold (which grows to 32 MiB as large blocks are
+    freed) for reuse, so after a phase that allocated and freed gigabytes (rollouts' key/value
+    buffers, an update's activations) the process stays that large. Elsewhere this does nothing.
+    """
+    libc = _libc()
+    trim = getattr(libc, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+OFFLOAD_OPTIMIZER_STATE = True
+"""A CPU model's AdamW moments live on disk between steps (``agentgym.trainers.modeling.OffloadedAdamW``);
+``False``: in memory (the path before, ``benchmarks/bench_memory.py --paths old``)."""
+
+
+def optimizer_state_folder() -> Path | None:
+    """Where a CPU model's AdamW moments live between steps (the temporary folder), or ``None``:
+    in memory (:data:`OFFLOAD_OPTIMIZER_STATE` is off, or that folder is not on disk)."""
+    return disk_folder() if OFFLOAD_OPTIMIZER_STATE else None
+
+
+def disk_folder(folder: str | Path | None = None) -> Path | None:
+    """``folder`` (default: the system's temporary folder), or ``None`` when the files there would
+    live in memory (tmpfs, ramfs) or the system is not Linux: a :class:`MappedFile` there would
+    save nothing."""
+    if _libc() is None:
+        return None
+    path = Path(folder or tempfile.gettempdir()).resolve()
+    best, kind = "", ""
+    try:
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            for line in mounts:
+                fields = line.split()
+                point = fields[1].replace("\\040", " ")
+                if len(fields) > 2 and (path == Path(point) or Path(point) in path.parents) and len(point) >= len(best):
+                    best, kind = point, fields[2]
+    except OSError:
+        return None
+    return None if not best or kind in _IN_MEMORY_FILESYSTEMS else path
+
+
+class MappedFile:
+    """Tensors stored in one unlinked file, mapped shared into the process.
+
+    The tensors are ordinary CPU tensors (in-place updates write the file's pages); after use,
+    :meth:`page_out` drops their pages from the process (``madvise(MADV_DONTNEED)``): the data
+    stays in the page cache and on disk, and the next access reads it back. The file has no name
+    from the start, so nothing is left behind whatever ends the process.
+
+    Args:
+        nbytes: the file's size; :meth:`slot` hands out page-aligned pieces of it.
+        folder: where the file is made: a folder on disk (see :func:`disk_folder`).
+    """
+
+    def __init__(self, nbytes: int, folder: Path) -> None:
+        import torch
+
+        fd, name = tempfile.mkstemp(dir=folder, prefix=".agentgym-mapped-")
+        try:
+            os.ftruncate(fd, max(nbytes, 1))
+            self._storage = torch.from_file(name, shared=True, size=max(nbytes, 1), dtype=torch.uint8)
+        finally:
+            os.unlink(name)
+        # The descriptor stays open so that private_view can map the same file again.
+        self._fd = fd
+        self._used = 0
+        self._libc = _libc()
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            os.close(fd)
+
+    @staticmethod
+    def room(shape: torch.Size, dtype: torch.dtype) -> int:
+        """The bytes a :meth:`slot` of ``shape`` and ``dtype`` takes (rounded up to whole pages)."""
+        return -(-math.prod(shape) * dtype.itemsize // _PAGE) * _PAGE
+
+    def slot(self, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor:
+        """A new tensor in the file (page-aligned, so that it pages out on its own; zeros until written)."""
+        nbytes = math.prod(shape) * dtype.itemsize
+        start, self._used = self._used, self._used + self.room(shape, dtype)
+        if self._used > self._storage.numel():
+            raise ValueError(f"a MappedFile of {self._storage.numel()} bytes has no room for {nbytes} more")
+        return self._storage[start : start + nbytes].view(dtype).view(shape)
+
+    def holds(self, tensor: torch.Tensor) -> bool:
+        """Whether ``tensor`` lives in this file's mapping."""
+        return tensor.untyped_storage().data_ptr() == self._storage.untyped_storage().data_ptr()
+
+    def private_view(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` (one of this file's) read through a private mapping of exactly its bytes,
+        which goes away with the returned tensor: reading it (to save it) neither leaves the pages
+        in the process nor makes a copy, and it is saved as a tensor of its own size."""
+        import numpy as np
+        import torch
+
+        nbytes = tensor.numel() * tensor.element_size()
+        if nbytes == 0:
+            return tensor.clone()
+        start = tensor.data_ptr() - self._storage.data_ptr()
+        region = np.memmap(f"/proc/self/fd/{self._fd}", dtype=np.uint8, mode="c", offset=start, shape=(nbytes,))
+        return torch.from_numpy(region).view(tensor.dtype).view(tensor.shape)
+
+    def page_out(self, tensor: torch.Tensor) -> None:
+        """Drop ``tensor``'s pages (one of this file's) from the process's resident memory."""
+        if self._libc is not None:
+            self._libc.madvise(ctypes.c_void_p(tensor.data_ptr()), ctypes.c_size_t(tensor.numel() * tensor.element_size()), _MADV_DONTNEED)

@@ -25,6 +25,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, overload
 
 import torch
@@ -32,6 +33,7 @@ from torch.utils.checkpoint import checkpoint
 
 from agentgym.models import DEFAULT_MODEL, TokenBatch, load_model
 from agentgym.models.engine import cache_keyword
+from agentgym.trainers.memory import MappedFile, optimizer_state_folder, return_freed_memory
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -43,6 +45,7 @@ __all__ = [
     "BACKWARD_BY_ROW",
     "LOGPROB_CHUNK_TOKENS",
     "MIN_SHARED_PREFIX",
+    "OffloadedAdamW",
     "Reference",
     "TensorBatch",
     "TrainerError",
@@ -195,20 +198,97 @@ def trainable_parameters(model: torch.nn.Module) -> list[torch.nn.Parameter]:
 
 
 def make_optimizer(model: torch.nn.Module, optim: OptimSection, total_steps: int) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LRScheduler]:
-    """AdamW over the trainable parameters and the warm-up + decay schedule over ``total_steps``."""
+    """AdamW over the trainable parameters and the warm-up + decay schedule over ``total_steps``.
+
+    On a CPU the moments live on disk between steps (:class:`OffloadedAdamW`), unless
+    :func:`~agentgym.trainers.memory.optimizer_state_folder` finds no folder on disk for them."""
     from transformers import get_scheduler
 
     betas = cast("tuple[float, float]", tuple(optim.betas))  # a pair: the config's type, checked when it is loaded
-    optimizer = torch.optim.AdamW(trainable_parameters(model), lr=optim.lr, betas=betas, eps=optim.eps, weight_decay=optim.weight_decay)
+    params = trainable_parameters(model)
+    options: dict[str, Any] = {"lr": optim.lr, "betas": betas, "eps": optim.eps, "weight_decay": optim.weight_decay}
+    folder = optimizer_state_folder() if all(p.device.type == "cpu" for p in params) else None
+    optimizer = OffloadedAdamW(params, folder=folder, **options) if folder is not None else torch.optim.AdamW(params, **options)
     name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[optim.schedule]
     scheduler = get_scheduler(name, optimizer, num_warmup_steps=optim.warmup_steps, num_training_steps=max(total_steps, 1))
     return optimizer, scheduler
 
 
+class OffloadedAdamW(torch.optim.AdamW):
+    """AdamW whose moments stay on disk between steps: the same updates, bit for bit.
+
+    The moments (two float32 tensors per parameter, twice the model's weights) are needed only
+    inside :meth:`step`, yet a plain AdamW keeps them resident through the rollouts and the
+    backward passes, the phases that need the memory. Here they are tensors in a
+    :class:`~agentgym.trainers.memory.MappedFile`; :meth:`step` updates one parameter at a time
+    (torch's single-tensor AdamW on CPU updates each parameter on its own, so the arithmetic is
+    the same) and pages its moments out right after, so at most one parameter's moments are
+    resident. :meth:`state_dict` gives them through a private mapping that goes away with the
+    returned dictionary (saving a checkpoint leaves them paged out); :meth:`load_state_dict`
+    copies loaded moments into the file.
+
+    Args:
+        params: the parameters (CPU tensors).
+        folder: where the file is made (a folder on disk, see :func:`~agentgym.trainers.memory.disk_folder`).
+        **options: AdamW's options (``lr``, ``betas``, ``eps``, ``weight_decay``, ``amsgrad``).
+    """
+
+    def __init__(self, params: list[torch.nn.Parameter], *, folder: Path, **options: Any) -> None:
+        super().__init__(params, **options)
+        keys = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq") if options.get("amsgrad") else ("exp_avg", "exp_avg_sq")
+        every = [p for group in self.param_groups for p in group["params"]]
+        self._file = MappedFile(len(keys) * sum(MappedFile.room(p.shape, p.dtype) for p in every), folder)
+        # Each parameter's moments have their place in the file for the optimiser's lifetime.
+        self._moments = {p: {key: self._file.slot(p.shape, p.dtype) for key in keys} for p in every}
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> None:  # type: ignore[override]
+        if closure is not None:
+            raise TypeError("OffloadedAdamW.step takes no closure")
+        groups = self.param_groups
+        try:
+            for group in groups:
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    state = self.state[p]
+                    if not state:  # the first step: what AdamW would make, with the moments in the file
+                        state["step"] = torch.tensor(0.0)
+                        for key, moment in self._moments[p].items():
+                            state[key] = moment.zero_()
+                    self.param_groups = [{**group, "params": [p]}]
+                    super().step()
+                    self._page_out(p)
+        finally:
+            self.param_groups = groups
+
+    def _page_out(self, p: torch.nn.Parameter) -> None:
+        for moment in self._moments[p].values():
+            self._file.page_out(moment)
+
+    def state_dict(self) -> dict[str, Any]:
+        saved = super().state_dict()
+        saved["state"] = {
+            index: {key: self._file.private_view(value) if self._file.holds(value) else value for key, value in state.items()}
+            for index, state in saved["state"].items()
+        }
+        return saved
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        super().load_state_dict(state_dict)
+        for p, moments in self._moments.items():
+            state = self.state.get(p)
+            if state:
+                for key, moment in moments.items():
+                    state[key] = moment.copy_(state[key])
+                self._page_out(p)
+
+
 def clip_and_step(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, max_grad_norm: float | None
 ) -> dict[str, float]:
-    """Clip the accumulated gradient, take the optimiser and schedule steps, zero the gradient.
+    """Clip the accumulated gradient, take the optimiser and schedule steps, zero the gradient and
+    return the freed memory to the system.
 
     Returns ``grad_norm`` (before clipping) and ``lr`` (the rate this step used).
     """
@@ -219,6 +299,9 @@ def clip_and_step(
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
+    # The update's activations and gradients are gone: their pages go back to the system, not
+    # into the allocator's free lists (gigabytes after an update over long rows).
+    return_freed_memory()
     return {"grad_norm": grad_norm, "lr": lr}
 
 
@@ -407,7 +490,10 @@ class _RowPasses:
     caller runs it on the selected hidden states only, a chunk at a time (the vocabulary is wide).
 
     ``leaf_prefix``: the rows attend to a detached copy of the prefix's keys and values (see
-    :func:`backward_by_row`); :meth:`backward_prefix` then carries their gradient through the prefix.
+    :func:`backward_by_row`), computed without a graph; :meth:`backward_prefix` then runs the
+    prefix again with gradients and carries the rows' gradient through it. That costs one more
+    pass over the prefix per micro-batch and keeps the prefix's activations (about as large as a
+    row's) out of memory while the rows run.
     """
 
     def __init__(self, model: torch.nn.Module, batch: TensorBatch, *, share_prefix: bool, leaf_prefix: bool) -> None:
@@ -429,11 +515,40 @@ class _RowPasses:
         self._keyword = cache_keyword(model)
         self._prefix_states: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._attended: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._recompute = leaf_prefix and torch.is_grad_enabled()
+        decoder = get_decoder() if get_decoder is not None else None
+        layers = getattr(decoder, "layers", None)
+        self._layers: list[torch.nn.Module] = list(layers) if isinstance(layers, torch.nn.ModuleList) else []
+        self._layer_inputs: list[tuple[tuple[Any, ...], dict[str, Any]] | None] = []
         if self.prefix:
-            shared = self._network(input_ids=self._ids[:1, : self.prefix], use_cache=True, **({} if split else {"logits_to_keep": 1}))
-            self._prefix_states = [(layer.keys, layer.values) for layer in getattr(shared, self._keyword).layers]
-            leaves = leaf_prefix and torch.is_grad_enabled()
+            # With leaves, the prefix's pass keeps nothing for backward (its activations would stay
+            # for every row of the micro-batch), only each decoder layer's inputs; backward_prefix
+            # runs the layers again one at a time, with gradients.
+            with torch.no_grad() if self._recompute else nullcontext(), self._recording_layer_inputs():
+                self._prefix_states = self._prefix_pass()
+            leaves = self._recompute
             self._attended = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in self._prefix_states] if leaves else self._prefix_states
+
+    def _prefix_pass(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The keys and values of the shared prefix, layer by layer."""
+        extra = {} if self._head is not None else {"logits_to_keep": 1}
+        shared = self._network(input_ids=self._ids[:1, : self.prefix], use_cache=True, **extra)
+        return [(layer.keys, layer.values) for layer in getattr(shared, self._keyword).layers]
+
+    @contextmanager
+    def _recording_layer_inputs(self) -> Iterator[None]:
+        """While a recomputed prefix runs: keep each decoder layer's arguments (its input is one
+        ``[1, prefix, H]`` tensor, a few MB; the rest is shared by the layers)."""
+        if not self._recompute:
+            yield
+            return
+        record = self._layer_inputs.append
+        hooks = [layer.register_forward_pre_hook(lambda _, args, kwargs: record((args, kwargs)), with_kwargs=True) for layer in self._layers]
+        try:
+            yield
+        finally:
+            for hook in hooks:
+                hook.remove()
 
     def states(self, r: int) -> tuple[torch.Tensor, torch.nn.Module | None]:
         """Row ``r``'s pass: ``(hidden states [n, H] at its loss positions, the output layer)``, or
@@ -453,15 +568,66 @@ class _RowPasses:
         return self._network(**inputs, logits_to_keep=needed).logits[0], None
 
     def backward_prefix(self) -> None:
-        """Carry the gradients the rows left on the detached prefix keys and values through the prefix's pass."""
-        pairs = [
-            (state, leaf.grad)
-            for states, leaves in zip(self._prefix_states, self._attended, strict=True)
-            for state, leaf in zip(states, leaves, strict=True)
-            if leaf is not state and leaf.grad is not None
-        ]
-        if pairs:
-            torch.autograd.backward([state for state, _ in pairs], [grad for _, grad in pairs])
+        """Carry the gradients the rows left on the detached prefix keys and values through the
+        prefix's pass, run again with gradients (the same computation, so the same values): one
+        decoder layer at a time, last to first, from its recorded input, so that one layer's
+        activations exist at a time; then the part of the pass before the first layer."""
+        if not self._recompute or not self.prefix:
+            return
+        grads = [(k.grad, v.grad) for k, v in self._attended]
+        if all(g is None for pair in grads for g in pair):
+            return
+        if len(self._layer_inputs) != len(self._layers) or len(self._layers) != len(grads):
+            # A model whose layers this cannot see: the whole prefix pass again, with gradients.
+            pairs = [(state, g) for states, gs in zip(self._prefix_pass(), grads, strict=True) for state, g in zip(states, gs, strict=True) if g is not None]
+            torch.autograd.backward([state for state, _ in pairs], [g for _, g in pairs])
+            return
+        from transformers.cache_utils import Cache, DynamicCache
+
+        grad_hidden: torch.Tensor | None = None  # the gradient at the output of the layer being run
+        for index in reversed(range(len(self._layers))):
+            recorded = self._layer_inputs[index]
+            assert recorded is not None
+            self._layer_inputs[index] = None
+            args, kwargs = recorded
+            hidden = (args[0] if args else kwargs["hidden_states"]).detach().requires_grad_()
+            cache = DynamicCache()  # the layer's keys and values land here, in the graph
+            kwargs = {key: cache if isinstance(value, Cache) else value for key, value in kwargs.items()}
+            if args:
+                args = (hidden, *args[1:])
+            else:
+                kwargs["hidden_states"] = hidden
+            out = self._layers[index](*args, **kwargs)
+            out = out[0] if isinstance(out, tuple) else out
+            layer: Any = cache.layers[index]  # its keys and values, as _prefix_pass reads them
+            targets = [(out, grad_hidden), (layer.keys, grads[index][0]), (layer.values, grads[index][1])]
+            pairs = [(t, g) for t, g in targets if g is not None]
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+            grad_hidden = hidden.grad
+        if grad_hidden is not None:
+            torch.autograd.backward(self._first_layer_input(), grad_hidden)
+
+    def _first_layer_input(self) -> torch.Tensor:
+        """The first decoder layer's input with its graph (the embeddings, and whatever the model
+        does to them): the prefix pass, stopped there."""
+        captured: list[torch.Tensor] = []
+
+        def stop(_: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            captured.append(args[0] if args else kwargs["hidden_states"])
+            raise _StopPass
+
+        hook = self._layers[0].register_forward_pre_hook(stop, with_kwargs=True)
+        try:
+            self._prefix_pass()
+        except _StopPass:
+            pass
+        finally:
+            hook.remove()
+        return captured[0]
+
+
+class _StopPass(Exception):
+    """Raised by a hook to end a forward pass early."""
 
 
 def _cache_from(states: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:

@@ -446,7 +446,7 @@ def test_a_phase_starts_only_beside_phases_it_fits_with_in_memory() -> None:
     gib = 2**30
     sft0, sft1 = _Phase("sft", 0, "train"), _Phase("sft", 1, "train")
     base = _Phase("base", None, "eval")
-    budget = MemoryBudget(available=10 * gib, training=4 * gib, evaluation=7 * gib)
+    budget = MemoryBudget(available=10 * gib, training=4 * gib, evaluation=7 * gib, limit=100 * gib)  # here what is available decides
     assert _startable([base, sft0, sft1], 3, budget=budget) == [sft0, sft1]  # 4 + 4 fit; + 7 would not
     assert _startable([base], 1, running=["train"], budget=budget) == []  # waits for the training to finish
     assert _startable([base, sft0], 2, running=["eval"], budget=budget) == []
@@ -454,9 +454,25 @@ def test_a_phase_starts_only_beside_phases_it_fits_with_in_memory() -> None:
     assert _startable([base, sft0, sft1], 3) == [sft0, sft1, base]  # no budget: slots alone decide
 
 
-def test_the_memory_estimates_start_from_the_model_folder(tiny_model_dir) -> None:
+def test_the_phases_hold_at_most_the_memory_limit_together_however_much_is_available() -> None:
+    from agentgym.trainers.memory import MEMORY_LIMIT, MemoryBudget
+
+    sft0, sft1 = _Phase("sft", 0, "train"), _Phase("sft", 1, "train")
+    base = _Phase("base", None, "eval")
+    assert MEMORY_LIMIT == 6 * 10**9
+    gb = 10**9
+    roomy = MemoryBudget(available=100 * gb, training=3 * gb, evaluation=4 * gb)
+    assert _startable([base, sft0, sft1], 3, budget=roomy) == [sft0, sft1]  # 3 + 3 <= 6; + 4 would not
+    assert _startable([base], 1, running=["train"], budget=roomy) == []
+    assert _startable([base], 2, budget=MemoryBudget(available=100 * gb, training=3 * gb, evaluation=7 * gb)) == [base]  # alone, it runs
+    wide = MemoryBudget(available=100 * gb, training=3 * gb, evaluation=4 * gb, limit=100 * gb)
+    assert _startable([base, sft0, sft1], 3, budget=wide) == [sft0, sft1, base]
+
+
+def test_the_memory_estimates_start_from_the_model_folder(tiny_model_dir, monkeypatch) -> None:
     import json
 
+    from agentgym.trainers import memory
     from agentgym.trainers.memory import EVALUATION_OVERHEAD, TRAINING_OVERHEAD, model_footprint
 
     config = json.loads((tiny_model_dir / "config.json").read_text())
@@ -466,5 +482,15 @@ def test_the_memory_estimates_start_from_the_model_folder(tiny_model_dir) -> Non
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     per_token = 2 * config["num_hidden_layers"] * config["num_key_value_heads"] * head_dim * 4
     assert footprint.kv_bytes_per_token == per_token
-    assert footprint.training_peak(16, 100) == 4 * footprint.weight_bytes + 1600 * per_token + TRAINING_OVERHEAD
+    activation = 4 * config["num_hidden_layers"] * (8 * config["hidden_size"] + 4 * config["intermediate_size"])
+    assert footprint.activation_bytes_per_token == activation
+    weights = footprint.weight_bytes
+    # The larger of the rollouts (weights, key/value buffers) and the update (weights, gradients,
+    # the moments when they stay in memory, one pass's activations).
+    monkeypatch.setattr(memory, "OFFLOAD_OPTIMIZER_STATE", False)
+    assert footprint.training_peak(16, 100) == max(weights + 1600 * per_token, 4 * weights + 100 * activation) + TRAINING_OVERHEAD
+    monkeypatch.setattr(memory, "OFFLOAD_OPTIMIZER_STATE", True)
+    moments = 0 if memory.disk_folder() is not None else 2 * weights
+    assert footprint.training_peak(16, 100) == max(weights + 1600 * per_token, 2 * weights + moments + 100 * activation) + TRAINING_OVERHEAD
+    assert footprint.training_peak(1000, 100) == weights + 100_000 * per_token + TRAINING_OVERHEAD
     assert footprint.evaluation_peak(64, 100) == footprint.weight_bytes + 6400 * per_token + EVALUATION_OVERHEAD

@@ -264,3 +264,108 @@ def test_backward_by_row_gives_the_gradient_of_the_whole_batch(model, monkeypatc
     torch.testing.assert_close(by_row_entropy, whole_entropy, atol=1e-5, rtol=0)
     for got, want in zip((p.grad for p in model.parameters()), expected, strict=True):
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
+def test_the_rows_run_beside_a_prefix_without_activations_and_backward_runs_it_again_layer_by_layer(model) -> None:
+    """The shared prefix's pass keeps no graph while the rows run (its activations would stay for
+    the whole micro-batch); backward_prefix runs its decoder layers again, last to first, one
+    layer's graph at a time. (Its gradient equals the plain one: the tests above.)"""
+    from agentgym.trainers.modeling import _RowPasses
+
+    batch = grouped_batch()
+    passes = _RowPasses(model, batch, share_prefix=True, leaf_prefix=True)
+    assert passes.prefix >= MIN_SHARED_PREFIX
+    assert all(state.grad_fn is None for pair in passes._prefix_states for state in pair)
+    for r in passes.rows:
+        passes.states(r)[0].sum().backward()
+    layers = list(model.get_decoder().layers)
+    calls: list[int] = []
+    for index, layer in enumerate(layers):
+        layer.register_forward_hook(lambda _, args, out, index=index: calls.append(index) if torch.is_grad_enabled() else None)
+    model.get_input_embeddings().weight.grad = None
+    passes.backward_prefix()
+    assert calls == list(reversed(range(len(layers))))
+    assert model.get_input_embeddings().weight.grad is not None  # through the part before the first layer
+
+
+needs_disk_mapping = pytest.mark.skipif(
+    __import__("agentgym.trainers.memory", fromlist=["disk_folder"]).disk_folder() is None, reason="needs Linux and a temporary folder on disk"
+)
+
+
+@needs_disk_mapping
+def test_offloaded_adamw_takes_the_same_steps_and_saves_the_same_state_as_adamw(model) -> None:
+    """Bit for bit: updates, the saved state, and the steps after loading it into a new optimiser."""
+    import copy
+    import io
+
+    from agentgym.trainers.config import OptimSection
+    from agentgym.trainers.modeling import OffloadedAdamW, clip_and_step, make_optimizer
+
+    optim = OptimSection(lr=1e-2, weight_decay=0.1, schedule="cosine", warmup_steps=1, max_grad_norm=0.5)
+    plain_model, offloaded_model = model, copy.deepcopy(model)
+    plain = torch.optim.AdamW(list(plain_model.parameters()), lr=optim.lr, betas=tuple(optim.betas), eps=optim.eps, weight_decay=optim.weight_decay)
+    from transformers import get_scheduler
+
+    plain_schedule = get_scheduler("cosine", plain, num_warmup_steps=1, num_training_steps=6)
+    offloaded, offloaded_schedule = make_optimizer(offloaded_model, optim, 6)
+    assert isinstance(offloaded, OffloadedAdamW)
+
+    def step(net: torch.nn.Module, optimizer: torch.optim.Optimizer, schedule: torch.optim.lr_scheduler.LRScheduler, seed: int) -> None:
+        batch = grouped_batch(seed=seed)
+        (-token_logprobs(net, batch)[0].sum()).backward()
+        clip_and_step(net, optimizer, schedule, optim.max_grad_norm)
+
+    def saved(optimizer: torch.optim.Optimizer) -> dict:
+        buffer = io.BytesIO()
+        torch.save(optimizer.state_dict(), buffer)
+        buffer.seek(0)
+        return torch.load(buffer, weights_only=False)
+
+    for seed in range(3):
+        step(plain_model, plain, plain_schedule, seed)
+        step(offloaded_model, offloaded, offloaded_schedule, seed)
+    for got, want in zip(offloaded_model.parameters(), plain_model.parameters(), strict=True):
+        assert torch.equal(got, want)
+    state, plain_state = saved(offloaded), saved(plain)
+    sizes = {}
+    for name, optimizer in (("offloaded", offloaded), ("plain", plain)):
+        buffer = io.BytesIO()
+        torch.save(optimizer.state_dict(), buffer)
+        sizes[name] = buffer.tell()
+    assert sizes["offloaded"] < sizes["plain"] * 1.05  # each moment saved as itself, not as the whole file
+    assert state["param_groups"] == plain_state["param_groups"]
+    for index, moments in plain_state["state"].items():
+        for key, value in moments.items():
+            assert torch.equal(state["state"][index][key], value)
+    # Resume: a new optimiser loads the saved state and takes the same next step.
+    resumed_model = copy.deepcopy(offloaded_model)
+    resumed, resumed_schedule = make_optimizer(resumed_model, optim, 6)
+    resumed.load_state_dict(state)
+    resumed_schedule.load_state_dict(offloaded_schedule.state_dict())
+    step(plain_model, plain, plain_schedule, 3)
+    step(resumed_model, resumed, resumed_schedule, 3)
+    for got, want in zip(resumed_model.parameters(), plain_model.parameters(), strict=True):
+        assert torch.equal(got, want)
+
+
+@needs_disk_mapping
+def test_mapped_tensors_leave_resident_memory_when_paged_out_and_keep_their_values() -> None:
+    from agentgym.trainers.memory import MappedFile, disk_folder
+
+    def resident() -> int:
+        with open("/proc/self/statm", encoding="ascii") as statm:
+            return int(statm.read().split()[1]) * 4096
+
+    size = 64 * 2**20
+    folder = disk_folder()
+    assert folder is not None
+    mapped = MappedFile(size, folder)
+    tensor = mapped.slot(torch.Size([size // 4]), torch.float32)
+    assert mapped.holds(tensor) and not mapped.holds(tensor.clone())
+    tensor.fill_(1.5)
+    filled = resident()
+    mapped.page_out(tensor)
+    assert filled - resident() > size * 0.9
+    assert float(mapped.private_view(tensor).sum()) == 1.5 * size / 4  # read without staying resident
+    assert float(tensor.sum()) == 1.5 * size / 4
