@@ -2,8 +2,8 @@
 
 ``agentgym experiment`` runs several phases side by side; it starts a phase only when the
 estimates of the phases running and of the new one fit in its :class:`MemoryBudget`: the memory
-that was available when the experiment started, and at most :data:`MEMORY_LIMIT` (6 GB) whatever
-the machine has. The estimates (``benchmarks/bench_memory.py`` measures the real peaks) count,
+that was available when the experiment started, and at most the experiment's ``memory_limit_gb``
+when it sets one. The estimates (``benchmarks/bench_memory.py`` measures the real peaks) count,
 for a model of ``W`` weight bytes, ``k`` key/value bytes per token and ``a`` activation bytes per
 token of a training pass:
 
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 __all__ = [
     "EPISODE_TOKENS",
     "EVALUATION_OVERHEAD",
-    "MEMORY_LIMIT",
     "OFFLOAD_OPTIMIZER_STATE",
     "TRAINING_OVERHEAD",
     "MappedFile",
@@ -61,8 +60,6 @@ TRAINING_OVERHEAD = GIB // 2
 EVALUATION_OVERHEAD = 3 * GIB // 4
 EPISODE_TOKENS = 2048
 """Tokens an episode is assumed to hold when the configuration sets no ``max_total_tokens``."""
-MEMORY_LIMIT = 6 * 10**9
-"""Bytes the phases of an experiment may hold together by default, however much the machine has."""
 
 
 @dataclass(frozen=True)
@@ -139,13 +136,14 @@ class MemoryBudget:
         available: bytes available when the experiment started.
         training: estimated peak of a training phase.
         evaluation: estimated peak of an evaluation phase.
-        limit: the most the phases may hold together, however much is available.
+        limit: the most the phases may hold together, however much is available (``None``: no
+            limit but what is available).
     """
 
     available: int
     training: int
     evaluation: int
-    limit: int = MEMORY_LIMIT
+    limit: int | None = None
 
     def estimate(self, kind: str) -> int:
         """The estimate of a phase of ``kind`` (``train`` or ``eval``)."""
@@ -153,7 +151,12 @@ class MemoryBudget:
 
     def fits(self, kinds: list[str], kind: str) -> bool:
         """Whether a ``kind`` phase fits beside phases of ``kinds``; a phase alone always runs."""
-        return not kinds or sum(map(self.estimate, [*kinds, kind])) <= min(self.available, self.limit)
+        return not kinds or sum(map(self.estimate, [*kinds, kind])) <= self.room
+
+    @property
+    def room(self) -> int:
+        """The most the phases may hold together: what is available, or the limit when lower."""
+        return self.available if self.limit is None else min(self.available, self.limit)
 
 
 _MADV_DONTNEED = 4

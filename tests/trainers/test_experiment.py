@@ -454,19 +454,30 @@ def test_a_phase_starts_only_beside_phases_it_fits_with_in_memory() -> None:
     assert _startable([base, sft0, sft1], 3) == [sft0, sft1, base]  # no budget: slots alone decide
 
 
-def test_the_phases_hold_at_most_the_memory_limit_together_however_much_is_available() -> None:
-    from agentgym.trainers.memory import MEMORY_LIMIT, MemoryBudget
+def test_the_phases_hold_at_most_the_memory_limit_together_however_much_is_available(tiny_model_dir, tmp_path) -> None:
+    from agentgym.trainers.experiment.run import _memory_budget
+    from agentgym.trainers.memory import MemoryBudget
 
     sft0, sft1 = _Phase("sft", 0, "train"), _Phase("sft", 1, "train")
     base = _Phase("base", None, "eval")
-    assert MEMORY_LIMIT == 6 * 10**9
     gb = 10**9
-    roomy = MemoryBudget(available=100 * gb, training=3 * gb, evaluation=4 * gb)
+    roomy = MemoryBudget(available=100 * gb, training=3 * gb, evaluation=4 * gb, limit=6 * gb)
     assert _startable([base, sft0, sft1], 3, budget=roomy) == [sft0, sft1]  # 3 + 3 <= 6; + 4 would not
     assert _startable([base], 1, running=["train"], budget=roomy) == []
-    assert _startable([base], 2, budget=MemoryBudget(available=100 * gb, training=3 * gb, evaluation=7 * gb)) == [base]  # alone, it runs
-    wide = MemoryBudget(available=100 * gb, training=3 * gb, evaluation=4 * gb, limit=100 * gb)
+    assert _startable([base], 2, budget=MemoryBudget(available=100 * gb, training=3 * gb, evaluation=7 * gb, limit=6 * gb)) == [base]  # alone, it runs
+    wide = MemoryBudget(available=100 * gb, training=3 * gb, evaluation=4 * gb)  # no limit: what is available decides
     assert _startable([base, sft0, sft1], 3, budget=wide) == [sft0, sft1, base]
+    # The experiment file's memory_limit_gb becomes the budget's limit; none by default.
+    tasks = {"eval": ["test:letters-6"]}
+    limited = load_experiment(_written(tmp_path, {**_config(tiny_model_dir, tmp_path / "out"), "memory_limit_gb": 6}))
+    assert _memory_budget(limited, tasks).limit == 6 * gb
+    assert _memory_budget(load_experiment(_written(tmp_path, _config(tiny_model_dir, tmp_path / "out"))), tasks).limit is None
+
+
+def _written(folder, config: dict):
+    path = folder / "experiment.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
 
 
 def test_the_memory_estimates_start_from_the_model_folder(tiny_model_dir, monkeypatch) -> None:

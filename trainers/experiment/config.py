@@ -140,6 +140,11 @@ class ExperimentConfig:
             ``sft`` or ``grpo``, the names of the other arms).
         jobs: phases that run at once, each in its own process with ``cores // jobs`` threads.
             Part of the protocol: the thread count can change float rounding, hence samples.
+        memory_limit_gb: the most memory (GB, 10^9 bytes) the phases running at once may hold
+            together by their estimates (:mod:`agentgym.trainers.memory`); ``None``: whatever is
+            available when the run starts (the default: on 2 CPU cores the main job's two
+            phases peak near 6 GB together, see docs/trainer.md). A phase alone always runs. It
+            decides only which phases run side by side, never a result.
         development: the seeds and evaluation tasks configuration choices are made on
             (``None``: the configuration declares none).
         choices: each configuration decision and what it was made on (listed in the report).
@@ -156,6 +161,7 @@ class ExperimentConfig:
     training: dict[str, Any] = field(default_factory=dict)
     ablations: dict[str, Annotated[dict[str, Any], Field(min_length=1)]] = field(default_factory=dict)
     jobs: Annotated[int, Field(ge=1)] = 1
+    memory_limit_gb: Annotated[float, Field(gt=0)] | None = None
     development: DevelopmentSection | None = None
     choices: tuple[Choice, ...] = ()
     run: Literal["reported", "development"] = "reported"

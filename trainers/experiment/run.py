@@ -111,7 +111,7 @@ def _run_in_workers(
     threads = max(1, torch.get_num_threads() // config.jobs)
     budget = _memory_budget(config, tasks)
     log(
-        f"memory: {budget.available / 2**30:.1f} GiB available; estimated peaks: training {budget.training / 2**30:.1f} GiB, "
+        f"memory: {budget.available / 2**30:.1f} GiB available, {budget.room / 2**30:.1f} GiB for the phases at once; estimated peaks: training {budget.training / 2**30:.1f} GiB, "
         f"evaluation {budget.evaluation / 2**30:.1f} GiB (a phase starts only beside phases it fits with)"
     )
     pending = {p.name for p in todo}
@@ -168,15 +168,16 @@ def _memory_budget(config: ExperimentConfig, tasks: dict[str, list[str]]) -> Mem
     from agentgym.models.loading import resolve_model_path
 
     available = available_memory()
+    limit = None if config.memory_limit_gb is None else int(config.memory_limit_gb * 1e9)
     footprint = model_footprint(resolve_model_path(config.model))
     if footprint is None:
-        return MemoryBudget(available, 0, 0)
+        return MemoryBudget(available, 0, 0, limit)
     training = config_from_dict({**config.training, "env_id": config.env_id})
     tokens = training.rollout.max_total_tokens or EPISODE_TOKENS
     rows_cap = inspect.signature(HFBackend).parameters["max_batch_size"].default
     train_rows = min(rows_cap, training.rollout.num_tasks * training.rollout.group_size)
     eval_rows = min(rows_cap, max(len(ids) for ids in split_ids(tasks["eval"]).values()) * config.evaluation.trials)
-    return MemoryBudget(available, footprint.training_peak(train_rows, tokens), footprint.evaluation_peak(eval_rows, tokens))
+    return MemoryBudget(available, footprint.training_peak(train_rows, tokens), footprint.evaluation_peak(eval_rows, tokens), limit)
 
 
 def _worker_init(spec: Any) -> None:
@@ -345,7 +346,7 @@ def _record_config(config: ExperimentConfig, out: Path) -> None:
         recorded = yaml.safe_load(path.read_text(encoding="utf-8"))
         # Where the folder is (it may have been moved) and its seeds aside, the configuration must be the same.
         # The choices' notes document the configuration; they do not change what runs.
-        unchanged = {"seeds": None, "output_dir": None, "choices": None}
+        unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None}
         if {**recorded, **unchanged} != {**data, **unchanged}:
             raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
         dropped = [seed for seed in recorded["seeds"] if seed not in config.seeds]
