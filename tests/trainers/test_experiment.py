@@ -505,3 +505,14 @@ def test_the_memory_estimates_start_from_the_model_folder(tiny_model_dir, monkey
     assert footprint.training_peak(16, 100) == max(weights + 1600 * per_token, 2 * weights + moments + 100 * activation) + TRAINING_OVERHEAD
     assert footprint.training_peak(1000, 100) == weights + 100_000 * per_token + TRAINING_OVERHEAD
     assert footprint.evaluation_peak(64, 100) == footprint.weight_bytes + 6400 * per_token + EVALUATION_OVERHEAD
+
+
+@pytest.mark.parametrize("info", [{"faults": 2}, {"faults_injected": 2, "api_calls": 5}])
+def test_evaluation_records_count_the_faults_each_environment_reports(info) -> None:
+    from types import SimpleNamespace
+
+    from agentgym.trainers.experiment.run import _eval_record
+
+    record = {"task_id": "t", "seed": 3, "success": True, "reward": 1.0, "turns": 2, "messages": [{"role": "system", "content": ""}], "steps": [{"info": info}]}
+    episode = SimpleNamespace(record=record, stop_reason="done", trajectory=SimpleNamespace(loss_mask=(0, 1, 1), token_ids=(1, 2, 3)))
+    assert _eval_record(episode, arm="sft", seed=0, trial=0, split="test")["faults"] == 2

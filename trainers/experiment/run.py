@@ -8,7 +8,7 @@ import inspect
 import json
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -328,11 +328,17 @@ def _eval_record(episode: Any, *, arm: str, seed: int | None, trial: int, split:
         "stop_reason": episode.stop_reason,
         "sampled_tokens": int(sum(episode.trajectory.loss_mask)),
         "tokens": len(episode.trajectory.token_ids),
-        "faults": int(final.get("faults", 0)),
+        "faults": _faults(final),
         "tool_errors": int(final.get("tool_errors", 0)),
         "format_errors": int(final.get("format_errors", 0)),
         "messages": record["messages"][1:],  # without the system prompt, which every episode shares
     }
+
+
+def _faults(info: Mapping[str, Any]) -> int:
+    """Faults injected in the episode, from its final ``info``: ``faults`` in SQL-v0 and
+    SearchQA-v0, ``faults_injected`` in MockAPI-v0; 0 for an environment without faults."""
+    return int(info.get("faults", info.get("faults_injected", 0)))
 
 
 def _record_config(config: ExperimentConfig, out: Path) -> None:
