@@ -605,7 +605,9 @@ class _RowPasses:
             torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
             grad_hidden = hidden.grad
         if grad_hidden is not None:
-            torch.autograd.backward(self._first_layer_input(), grad_hidden)
+            first = self._first_layer_input()
+            if first.requires_grad:  # not with frozen embeddings (LoRA): nothing before the first layer learns
+                torch.autograd.backward(first, grad_hidden)
 
     def _first_layer_input(self) -> torch.Tensor:
         """The first decoder layer's input with its graph (the embeddings, and whatever the model
