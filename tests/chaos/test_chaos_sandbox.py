@@ -37,12 +37,17 @@ def config() -> RolloutConfig:
 
 
 def kill_server(backend) -> None:
-    """SIGKILL the fork server (pid 1 of the sandboxes' pid namespace), as the OOM killer would, and
-    return once it is dead."""
+    """SIGKILL the fork server (pid 1 of the sandboxes' pid namespace), as the OOM killer would."""
     (server,) = children_of(backend._proc.pid)
     os.kill(server, signal.SIGKILL)
-    # A kill completes a few milliseconds after the signal (pid 1 of a namespace ends its children
-    # first); "between turns" means the next turn starts after that.
+
+
+def kill_server_and_wait(backend) -> None:
+    """:func:`kill_server`, returning once the server is dead: a kill completes a few milliseconds
+    after the signal (pid 1 of a namespace ends its children first), and "between turns" means the
+    next turn starts after that."""
+    (server,) = children_of(backend._proc.pid)
+    os.kill(server, signal.SIGKILL)
     deadline = time.monotonic() + 5
     while alive(server) and time.monotonic() < deadline:
         time.sleep(0.001)
@@ -63,7 +68,7 @@ def once(wrapped, before):
 
 def test_a_kill_between_turns_costs_nothing(script, local_backend):
     restarts = local_backend.restarts
-    episodes = RolloutRunner(ChaosOracle(script, {2: lambda: kill_server(local_backend)})).run(config())
+    episodes = RolloutRunner(ChaosOracle(script, {2: lambda: kill_server_and_wait(local_backend)})).run(config())
     # run_python ran, then the server died; submit grades on a new server, from its own sandboxes.
     assert [(e.stop_reason, e.record["success"]) for e in episodes] == [("done", True)] * 2
     assert local_backend.restarts == restarts + 1
@@ -80,7 +85,9 @@ def test_a_kill_during_a_tool_call_labels_that_episode_and_a_retry_succeeds(scri
     assert labelled, [e.record.get("reward_reason") for e in episodes]
     for episode in labelled:
         assert f"InfraError: {during}" in episode.record["error"] and episode.reward == 0.0
-    assert all(e.record["success"] for e in episodes if e not in labelled)  # the rest were graded as they deserved
+    assert all(e.record["success"] for e in episodes if e not in labelled), [
+        (e.stop_reason, e.record.get("reward_reason"), e.record.get("error")) for e in episodes
+    ]  # the rest were graded as they deserved
     retried = RolloutRunner(ChaosOracle(script)).run(config(), infra_retries=1)
     assert [(e.stop_reason, e.record["success"]) for e in retried] == [("done", True)] * 2
 
