@@ -77,9 +77,9 @@ def test_a_kill_between_turns_costs_nothing(script, local_backend):
 @pytest.mark.parametrize("during", ["run_python", "submit"])
 def test_a_kill_during_a_tool_call_labels_that_episode_and_a_retry_succeeds(script, local_backend, monkeypatch, during):
     if during == "run_python":
-        monkeypatch.setattr(local_module.LocalProcess, "wait", once(local_module.LocalProcess.wait, lambda process: kill_server(local_backend)))
+        monkeypatch.setattr(local_module.LocalProcess, "wait", once(local_module.LocalProcess.wait, lambda process: kill_server_and_wait(local_backend)))
     else:
-        monkeypatch.setattr(Grader, "_grade", once(Grader._grade, lambda grader, *_: kill_server(local_backend)))
+        monkeypatch.setattr(Grader, "_grade", once(Grader._grade, lambda grader, *_: kill_server_and_wait(local_backend)))
     episodes = RolloutRunner(ChaosOracle(script)).run(config(), infra_retries=0)
     labelled = [e for e in episodes if e.stop_reason == "infra_error"]
     assert labelled, [e.record.get("reward_reason") for e in episodes]
