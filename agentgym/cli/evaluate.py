@@ -12,7 +12,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agentgym.cli._common import CLIError, json_object, make, model_backend, positive_int, quiet_argument
+from agentgym.cli._common import CLIError, json_object, make, model_backend, non_negative_int, positive_int, quiet_argument
 
 if TYPE_CHECKING:
     from agentgym.runner import Episode, RolloutConfig
@@ -50,7 +50,7 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--device", default="auto", help="device for --backend hf: auto, cpu, cuda, cuda:1 ... (default auto)")
     p.add_argument(
         "--infra-retries",
-        type=_non_negative_int,
+        type=non_negative_int,
         default=1,
         help="times an episode the machinery failed under (a dead sandbox server, a lost connection) is played again with the same seeds; "
         "one that still fails is left out of the rates and counted as an infra error (default 1)",
@@ -158,16 +158,6 @@ def _report_interrupted(finished: list[Episode], config: RolloutConfig, args: ar
     console.print(f"agentgym: interrupted: {len(finished)} of {config.num_episodes} episodes finished{kept}", highlight=False)
     if finished:
         print_report({"env": args.env, "policy": backend_name, "split": args.split, **eval_metrics(finished)}, console)
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
-    return value
 
 
 def _non_negative_float(text: str) -> float:

@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
+from agentgym.envs.tau_retail import tools as default_tools
 from agentgym.tools import Tool, ToolError
 
 __all__ = ["ERROR_MODES", "MAX_INT_BITS", "binding_error", "calculate", "unknown_action"]
@@ -137,15 +138,9 @@ def _operands(node: ast.expr) -> list[ast.expr]:
     return []
 
 
-_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.Div: operator.truediv,
-    ast.FloorDiv: operator.floordiv,
-    ast.Pow: operator.pow,
-}
-_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+# The default calculator's operators, with eval's integer power (the default's is in floats).
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {**default_tools._BINARY, ast.Pow: operator.pow}
+_UNARY = default_tools._UNARY
 
 
 def _apply(node: ast.expr, operands: list[Any]) -> Any:
