@@ -333,9 +333,14 @@ def test_several_configurations_give_one_combined_report(finished, tmp_path, cap
     assert one.run(one) == 2 and "--report is the combined report" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["learning_cpu.yaml", "learning_gpu.yaml", "learning_gpu_135m.yaml", "learning_mockapi_cpu.yaml", "learning_refund_cpu.yaml"])
-def test_the_shipped_experiment_configs_load(name) -> None:
+@pytest.mark.parametrize(
+    "name",
+    ["learning_cpu.yaml", "learning_gpu.yaml", "learning_gpu_135m.yaml", "learning_mockapi_cpu.yaml", "learning_refund_cpu.yaml", "exploration_gpu_135m.yaml"],
+)
+def test_the_shipped_experiment_configs_load(name, tmp_path) -> None:
     from pathlib import Path
+
+    from agentgym.trainers.experiment.config import GRPO, train_config_for
 
     path = Path(__file__).resolve().parents[2] / "trainers" / "configs" / "experiments" / name
     config = load_experiment(path)
@@ -347,6 +352,9 @@ def test_the_shipped_experiment_configs_load(name) -> None:
     rollout_kwargs = dict(config.training["rollout"].get("env_kwargs", {}))
     assert rollout_kwargs.pop("max_consecutive_faults", 1) == 1
     assert config.evaluation.env_kwargs == rollout_kwargs
+    # Every arm's GRPO phase is a valid trainer configuration (step credit with shared seeds, say).
+    for change in config.ablations.values():
+        train_config_for(config, GRPO, config.seeds[0], [], [], tmp_path, change=change)
 
 
 def test_the_report_shows_what_each_seed_learned_side_by_side() -> None:
