@@ -121,6 +121,21 @@ def test_a_rerun_resumes_and_reproduces_the_summary(finished) -> None:
     assert summarize_experiment(out)["delta_grpo_minus_sft"] == summary["delta_grpo_minus_sft"]
 
 
+def test_evaluations_decode_the_same_episodes_with_fewer_rows_at_once(finished, tmp_path) -> None:
+    config, out, _, _ = finished
+    copy = tmp_path / "results"
+    shutil.copytree(out, copy)
+    evaluations = [copy / "base" / "eval.jsonl", *(copy / arm / "seed-0" / "eval.jsonl" for arm in ("sft", "grpo"))]
+    written = {path: path.read_bytes() for path in evaluations}
+    for path in evaluations:
+        path.unlink()
+    # One row at a time instead of all of a split's episodes: the same bytes, and the folder takes the
+    # other value (it changes memory, not results).
+    one_row = dataclasses.replace(config, output_dir=str(copy), evaluation=dataclasses.replace(config.evaluation, max_rows=1))
+    run_experiment(one_row, log=lambda line: None)
+    assert {path: path.read_bytes() for path in evaluations} == written
+
+
 def test_more_seeds_extend_a_finished_run_and_keep_its_phases(finished, tmp_path) -> None:
     config, out, summary, _ = finished
     extended = tmp_path / "extended"

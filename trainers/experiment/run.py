@@ -176,7 +176,7 @@ def _memory_budget(config: ExperimentConfig, tasks: dict[str, list[str]]) -> Mem
     tokens = training.rollout.max_total_tokens or EPISODE_TOKENS
     rows_cap = inspect.signature(HFBackend).parameters["max_batch_size"].default
     train_rows = min(rows_cap, training.rollout.num_tasks * training.rollout.group_size)
-    eval_rows = min(rows_cap, max(len(ids) for ids in split_ids(tasks["eval"]).values()) * config.evaluation.trials)
+    eval_rows = min(config.evaluation.max_rows, max(len(ids) for ids in split_ids(tasks["eval"]).values()) * config.evaluation.trials)
     return MemoryBudget(available, footprint.training_peak(train_rows, tokens), footprint.evaluation_peak(eval_rows, tokens), limit)
 
 
@@ -283,8 +283,8 @@ def _evaluate(
     log(f"evaluating {arm}" + (f" seed {seed}" if seed is not None else ""))
     training = config_from_dict({**config.training, "env_id": config.env_id})
     policy, tokenizer = load_model(str(model) if model is not None else config.model, device=training.device)
-    backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""))
     ev, r = config.evaluation, training.rollout
+    backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""), max_batch_size=ev.max_rows)
     records = []
     for split, task_ids in split_ids(tasks).items():
         # The trials of a task are the members of its group, each with its own environment seed,
@@ -353,12 +353,18 @@ def _record_config(config: ExperimentConfig, out: Path) -> None:
         # Where the folder is (it may have been moved) and its seeds aside, the configuration must be the same.
         # The choices' notes document the configuration; they do not change what runs.
         unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None}
-        if {**recorded, **unchanged} != {**data, **unchanged}:
+        # Nor do the rows an evaluation decodes at once (memory, not results).
+        if {**_without_max_rows(recorded), **unchanged} != {**_without_max_rows(data), **unchanged}:
             raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
         dropped = [seed for seed in recorded["seeds"] if seed not in config.seeds]
         if dropped:
             raise ConfigError(f"{out} holds an experiment with seeds {recorded['seeds']}; seeds may be added to it, not left out (missing: {dropped})")
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+
+
+def _without_max_rows(data: dict[str, Any]) -> dict[str, Any]:
+    evaluation = {key: value for key, value in data.get("evaluation", {}).items() if key != "max_rows"}
+    return {**data, "evaluation": evaluation}
 
 
 # What decides the results; edits elsewhere (docs, tests) do not make a run's commit dirty.
