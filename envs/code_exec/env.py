@@ -151,10 +151,19 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
         return super().load_tasks(load_tasks(source))
 
     def setup_episode(self, task: CodeExecTask) -> list[Message]:
-        self._close_sandbox()
+        ran_code = self.runs > 0
+        # The last episode's prepared run is stopped without waiting for it (close() waits).
+        self._close_sandbox(wait=False)
         self.grade = None
         self.submission = None
         self.runs = 0
+        if ran_code:
+            # The last episode ran code, so this one likely will: its workspace opens now and its
+            # first run sets up during the model's first turn. (An episode that only submits opens
+            # none: grading needs a fresh one of its own.)
+            with contextlib.suppress(SandboxError):  # the first run_python opens it, or says why not
+                self._sandbox = Sandbox(self.backend, self.limits)
+                self._sandbox.prepare()
         system = SYSTEM_PROMPT.format(version=platform.python_version(), wall=self.limits.wall_time_s)
         return [{"role": "system", "content": system}, {"role": "user", "content": task["prompt"]}]
 
@@ -227,9 +236,9 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
 
     # ------------------------------------------------------------------------- helpers
 
-    def _close_sandbox(self) -> None:
+    def _close_sandbox(self, *, wait: bool = True) -> None:
         if self._sandbox is not None:
-            self._sandbox.close()
+            self._sandbox.close(wait=wait)
             self._sandbox = None
 
     @classmethod
