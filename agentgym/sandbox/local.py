@@ -227,6 +227,8 @@ class LocalBackend(Backend):
             if prepared is not None:
                 self._queued.append({"op": "kill", "run": prepared[0].run_id})
             self._queued.append({"op": "close", "workspace": workspace})
+        if not wait:
+            self._forget_ended()
         if prepared is not None:
             self._ending.append(prepared[0])
         if self._lock.acquire(blocking=False):
@@ -250,6 +252,17 @@ class LocalBackend(Backend):
             if run.generation == self._generation and self._dead is None and self._stopped is None:  # a stopped server cannot end it here
                 with contextlib.suppress(SandboxError):
                     run.wait()
+
+    def _forget_ended(self) -> None:
+        """Drop the stopped prepared runs that have ended (their descriptors close with them), so
+        that closes that never wait (an environment reset after reset) hold no more than a few."""
+        for _ in range(len(self._ending)):
+            try:
+                run = self._ending.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            if run.waiting():  # not ended yet: its kill is on its way
+                self._ending.append(run)
 
     def set_idle_priority(self, workspace: str, idle: bool) -> None:
         group = self._groups.get(workspace)

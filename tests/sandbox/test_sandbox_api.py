@@ -165,6 +165,22 @@ def test_a_close_that_does_not_wait_leaves_its_prepared_run_to_the_next_close(fa
         backend.close()
 
 
+def test_closes_that_never_wait_hold_only_the_runs_still_ending(fast):
+    # Episode after episode reset without a waiting close: the stopped prepared runs that have
+    # ended are forgotten (with their descriptors), not kept until the backend closes.
+    backend = LocalBackend()
+    try:
+        for _ in range(12):
+            box = Sandbox(backend, fast)
+            box.run("print(1)")
+            box.prepare()
+            box.close(wait=False)
+            time.sleep(0.2)  # the model's turn: the stopped run ends meanwhile
+        assert len(backend._ending) <= 2
+    finally:
+        backend.close()
+
+
 def test_concurrent_runs_stay_apart(local_backend, fast):
     outputs = {}
 
