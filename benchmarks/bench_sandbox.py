@@ -16,7 +16,9 @@ Four measurements, each against its baseline in the same run:
    the same run (target: >= 10x) and against the steps without resets.
 3. ``think``: ``env.step(run_python)`` latency when the model takes ``--think-ms`` between steps,
    as in a rollout: with CodeExec's prepared runs (the next run sets up during the gap) against
-   the same environment with ``Sandbox.prepare`` switched off, alternating.
+   the same environment with ``Sandbox.prepare`` switched off, alternating. Then the latency of
+   ``env.reset`` and of the first and second step of the episode after it, with the same model
+   time before each step.
 4. ``humaneval`` (the bundled HumanEval.jsonl.gz, or ``--humaneval PATH``): every canonical solution
    graded sequentially through CodeExec's ``submit`` (all must pass), then every bare prompt
    (all must fail), three times by default, each in a new environment; tasks per second per
@@ -218,6 +220,31 @@ def think_latency(steps: int, think_s: float, rounds: int = 3) -> dict[str, floa
     return out
 
 
+def reset_latency(episodes: int, think_s: float) -> dict[str, float]:
+    """p50/p99 of ``env.reset`` and of the first and second ``env.step(run_python)`` of an episode
+    after it, with ``think_s`` of model time before each step (episodes that run code)."""
+    worker = EnvWorker()
+    latencies: dict[str, list[float]] = {"reset": [], "first": [], "second": []}
+    try:
+        worker()
+        for _ in range(episodes):
+            start = time.perf_counter()
+            worker.env.reset(seed=0)
+            latencies["reset"].append(time.perf_counter() - start)
+            for step in ("first", "second"):
+                time.sleep(think_s)
+                start = time.perf_counter()
+                worker()
+                latencies[step].append(time.perf_counter() - start)
+    finally:
+        worker.close()
+    out = {}
+    for name, values in latencies.items():
+        m = Measurement(len(values), sum(values), values, 0.0)
+        out |= {f"{name}_p50_ms": round(m.percentile(0.5), 2), f"{name}_p99_ms": round(m.percentile(0.99), 2)}
+    return out
+
+
 def plain_worker() -> Callable[[], None]:
     def work() -> None:
         done = subprocess.run([PYTHON, "-c", SNIPPET], capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
@@ -375,6 +402,15 @@ def main() -> None:
             f"with prepared runs, {think['unprepared_p50_ms']} ms (p99 {think['unprepared_p99_ms']}) without"
         )
         report["think"] = think
+
+    if args.env_runs and args.think_ms and args.reset_every:
+        resets = reset_latency(args.env_runs // 4, args.think_ms / 1000)
+        print(
+            f"after a reset, with {args.think_ms:g} ms of model time before each step: reset p50 {resets['reset_p50_ms']} ms "
+            f"(p99 {resets['reset_p99_ms']}), first step p50 {resets['first_p50_ms']} ms (p99 {resets['first_p99_ms']}), "
+            f"second step p50 {resets['second_p50_ms']} ms (p99 {resets['second_p99_ms']})"
+        )
+        report["reset_latency"] = resets
 
     if args.humaneval and args.humaneval_rounds:
         he = grade_humaneval(args.humaneval, args.humaneval_rounds)
