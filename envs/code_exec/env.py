@@ -17,7 +17,7 @@ from agentgym.env import Message, ToolEnv
 from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
 from agentgym.envs.code_exec.records import CodeExecInfo, CodeExecTask
 from agentgym.parsing import ParsedAction
-from agentgym.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxLost, get_backend
+from agentgym.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxLost, SandboxProcess, get_backend
 from agentgym.sandbox.grading import GRADING_LIMITS, Grade, Grader
 from agentgym.tools import InfraError, ToolError, tool
 from agentgym.verifiers import RewardResult, weighted_sum
@@ -138,6 +138,7 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
         self.limits = limits or RUN_LIMITS
         self.grader = Grader(self.backend, grading_limits or GRADING_LIMITS)
         self._sandbox: Sandbox | None = None
+        self._opened_ahead = False  # by the reset, and nothing has started in it yet
         self.grade: Grade | None = None
         self.submission: str | None = None
         self.runs = 0
@@ -157,12 +158,14 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
         self.grade = None
         self.submission = None
         self.runs = 0
+        self._opened_ahead = False
         if ran_code:
             # The last episode ran code, so this one likely will: its workspace opens now and its
             # first run sets up during the model's first turn. (An episode that only submits opens
             # none: grading needs a fresh one of its own.)
             with contextlib.suppress(SandboxError):  # the first run_python opens it, or says why not
                 self._sandbox = Sandbox(self.backend, self.limits)
+                self._opened_ahead = True
                 self._sandbox.prepare()
         system = SYSTEM_PROMPT.format(version=platform.python_version(), wall=self.limits.wall_time_s)
         return [{"role": "system", "content": system}, {"role": "user", "content": task["prompt"]}]
@@ -189,9 +192,7 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
                 there persist across calls.
         """
         try:
-            if self._sandbox is None:
-                self._sandbox = Sandbox(self.backend, self.limits)
-            process = self._sandbox.start(code)
+            process = self._start(code)
             # The next call's isolation is set up while this code runs and the model reads its output.
             with contextlib.suppress(SandboxError):  # a backend failing here fails the next run, clearly
                 self._sandbox.prepare()
@@ -235,6 +236,23 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
         return {"sandbox_runs": self.runs}
 
     # ------------------------------------------------------------------------- helpers
+
+    def _start(self, code: str) -> SandboxProcess:
+        if self._sandbox is not None:
+            try:
+                process = self._sandbox.start(code)
+            except SandboxLost:
+                if not self._opened_ahead:
+                    raise
+                # Its server stopped after the reset opened it, before anything ran in it: nothing
+                # of the episode was lost, so the episode goes on in a new one.
+                self._close_sandbox()
+            else:
+                self._opened_ahead = False
+                return process
+        self._sandbox = Sandbox(self.backend, self.limits)
+        self._opened_ahead = False
+        return self._sandbox.start(code)
 
     def _close_sandbox(self, *, wait: bool = True) -> None:
         if self._sandbox is not None:
