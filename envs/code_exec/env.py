@@ -192,10 +192,10 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
                 there persist across calls.
         """
         try:
-            process = self._start(code)
+            sandbox, process = self._start(code)
             # The next call's isolation is set up while this code runs and the model reads its output.
             with contextlib.suppress(SandboxError):  # a backend failing here fails the next run, clearly
-                self._sandbox.prepare()
+                sandbox.prepare()
             result = process.wait()
         except SandboxLost as exc:  # the episode's workspace went with its server: not the model's doing
             raise InfraError(f"run_python: {exc}") from None
@@ -237,7 +237,8 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
 
     # ------------------------------------------------------------------------- helpers
 
-    def _start(self, code: str) -> SandboxProcess:
+    def _start(self, code: str) -> tuple[Sandbox, SandboxProcess]:
+        """Start ``code`` in the episode's sandbox (opened now if the reset did not): it and the run."""
         if self._sandbox is not None:
             try:
                 process = self._sandbox.start(code)
@@ -249,10 +250,10 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
                 self._close_sandbox()
             else:
                 self._opened_ahead = False
-                return process
-        self._sandbox = Sandbox(self.backend, self.limits)
+                return self._sandbox, process
+        sandbox = self._sandbox = Sandbox(self.backend, self.limits)
         self._opened_ahead = False
-        return self._sandbox.start(code)
+        return sandbox, sandbox.start(code)
 
     def _close_sandbox(self, *, wait: bool = True) -> None:
         if self._sandbox is not None:
