@@ -9,11 +9,16 @@ Four measurements, each against its baseline in the same run:
 2. ``env``: the same snippet through ``env.step(run_python)`` of CodeExec-v0 (one environment
    per thread), at concurrency 1 and 2, against plain ``python -c``; targets: >= 10x plain at
    concurrency 1, and concurrency 2 >= 1.8x concurrency 1.
-   It also prints how many cores concurrency 1 keeps busy and the ceiling that the machine's
-   cores put on concurrency 2 at its measured CPU per step.
+   It also prints how many cores concurrency 1 keeps busy, the ceiling that the machine's
+   cores put on concurrency 2 at its measured CPU per step, and the share of it concurrency 2
+   reaches (target: >= 90 %). Then concurrency 1 again with a reset every ``--reset-every``
+   steps (short RL episodes: each reset opens a new workspace), against plain ``python -c`` in
+   the same run (target: >= 10x) and against the steps without resets.
 3. ``think``: ``env.step(run_python)`` latency when the model takes ``--think-ms`` between steps,
    as in a rollout: with CodeExec's prepared runs (the next run sets up during the gap) against
-   the same environment with ``Sandbox.prepare`` switched off, alternating.
+   the same environment with ``Sandbox.prepare`` switched off, alternating. Then the latency of
+   ``env.reset`` and of the first and second step of the episode after it, with the same model
+   time before each step.
 4. ``humaneval`` (the bundled HumanEval.jsonl.gz, or ``--humaneval PATH``): every canonical solution
    graded sequentially through CodeExec's ``submit`` (all must pass), then every bare prompt
    (all must fail), three times by default, each in a new environment; tasks per second per
@@ -26,7 +31,7 @@ other load disturbs less. On a virtual machine the faults, nearly all copy-on-wr
 forked runs, are a large share of a run's CPU (see docs/envs/code_exec.md).
 
 Usage: python benchmarks/bench_sandbox.py [--runs 400] [--plain-runs 80] [--concurrency 1,2,4,8,16,32,64]
-                                         [--env-runs 400] [--humaneval PATH] [--humaneval-rounds 3] [--json FILE]
+                                         [--env-runs 400] [--reset-every 5] [--humaneval PATH] [--humaneval-rounds 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -165,18 +170,23 @@ class SandboxWorker:
 
 
 class EnvWorker:
-    """One CodeExec-v0 environment stepping ``run_python`` with the snippet (a new episode when one ends)."""
+    """One CodeExec-v0 environment stepping ``run_python`` with the snippet; a new episode when one
+    ends, or after every ``reset_every`` steps (as an RL rollout of short episodes does; the reset
+    is part of the step it follows)."""
 
-    def __init__(self) -> None:
+    def __init__(self, reset_every: int = 0) -> None:
         self.env = gym.make("agentgym/CodeExec-v0", split="val", max_turns=10_000)
         self.env.reset(seed=0)
         self.action = format_tool_call("run_python", {"code": SNIPPET})
+        self.reset_every = reset_every
+        self.steps = 0
 
     def __call__(self) -> None:
         observation, _, terminated, truncated, _ = self.env.step(self.action)
         if "1" not in observation[-1]["content"]:
             raise RuntimeError(f"run_python failed: {observation[-1]['content'][:300]}")
-        if terminated or truncated:
+        self.steps += 1
+        if terminated or truncated or (self.reset_every and self.steps % self.reset_every == 0):
             self.env.reset(seed=0)
 
     def close(self) -> None:
@@ -207,6 +217,31 @@ def think_latency(steps: int, think_s: float, rounds: int = 3) -> dict[str, floa
     for mode, values in latencies.items():
         m = Measurement(len(values), sum(values), values, 0.0)
         out |= {f"{mode}_p50_ms": round(m.percentile(0.5), 2), f"{mode}_p99_ms": round(m.percentile(0.99), 2)}
+    return out
+
+
+def reset_latency(episodes: int, think_s: float) -> dict[str, float]:
+    """p50/p99 of ``env.reset`` and of the first and second ``env.step(run_python)`` of an episode
+    after it, with ``think_s`` of model time before each step (episodes that run code)."""
+    worker = EnvWorker()
+    latencies: dict[str, list[float]] = {"reset": [], "first": [], "second": []}
+    try:
+        worker()
+        for _ in range(episodes):
+            start = time.perf_counter()
+            worker.env.reset(seed=0)
+            latencies["reset"].append(time.perf_counter() - start)
+            for step in ("first", "second"):
+                time.sleep(think_s)
+                start = time.perf_counter()
+                worker()
+                latencies[step].append(time.perf_counter() - start)
+    finally:
+        worker.close()
+    out = {}
+    for name, values in latencies.items():
+        m = Measurement(len(values), sum(values), values, 0.0)
+        out |= {f"{name}_p50_ms": round(m.percentile(0.5), 2), f"{name}_p99_ms": round(m.percentile(0.99), 2)}
     return out
 
 
@@ -305,6 +340,7 @@ def main() -> None:
     parser.add_argument("--plain-runs", type=int, default=80, help="plain subprocess executions per level")
     parser.add_argument("--concurrency", default="1,2,4,8,16,32,64")
     parser.add_argument("--env-runs", type=int, default=400, help="env.step(run_python) calls per concurrency level (0: skip)")
+    parser.add_argument("--reset-every", type=int, default=5, help="also step with a reset after this many steps (0: skip)")
     parser.add_argument("--think-ms", type=float, default=10.0, help="pause between steps for the think-time latency (0: skip)")
     parser.add_argument("--humaneval", default=str(HUMANEVAL), help="HumanEval file whose tasks are graded through CodeExec's submit ('' skips)")
     parser.add_argument("--humaneval-rounds", type=int, default=3, help="times to grade them, each in a new environment (0 skips)")
@@ -337,14 +373,27 @@ def main() -> None:
         ceiling = cores / (env_rows[1]["cpu_ms"] / 1e3)
         print(
             f"concurrency 1 keeps {busy:.2f} of {cores} cores busy; at concurrency 2's CPU per step, {cores} cores cap it near "
-            f"{ceiling:.0f}/s ({ceiling / env_rows[0]['per_s']:.2f}x concurrency 1)"
+            f"{ceiling:.0f}/s ({ceiling / env_rows[0]['per_s']:.2f}x concurrency 1); concurrency 2 reaches "
+            f"{env_rows[1]['per_s'] / ceiling:.0%} of that ceiling (target >= 90%)"
         )
         report |= {
             "env": env_rows,
             "env_scaling": round(scaling, 2),
             "env_cores_busy": round(busy, 2),
             "env_scaling_ceiling": round(ceiling / env_rows[0]["per_s"], 2),
+            "env_share_of_ceiling": round(env_rows[1]["per_s"] / ceiling, 3),
         }
+
+    if args.env_runs and args.reset_every:
+        episodes = row(1, *alternate(1, args.env_runs, args.plain_runs, args.slices, lambda: EnvWorker(args.reset_every)))
+        print_table(f"env.step(run_python), CodeExec-v0, a reset every {args.reset_every} steps", [episodes])
+        steady = env_rows[0]
+        print(
+            f"with resets: {episodes['ratio']:.1f}x plain python -c (target >= 10x), {episodes['per_s'] / steady['per_s']:.2f}x the steps/s "
+            f"without resets; the reset adds {(1 / episodes['per_s'] - 1 / steady['per_s']) * args.reset_every * 1e3:.2f} ms of wall time and "
+            f"{(episodes['cpu_ms'] - steady['cpu_ms']) * args.reset_every:.2f} ms of CPU per episode"
+        )
+        report["env_reset"] = episodes | {"reset_every": args.reset_every}
 
     if args.env_runs and args.think_ms:
         think = think_latency(args.env_runs // 2, args.think_ms / 1000)
@@ -353,6 +402,15 @@ def main() -> None:
             f"with prepared runs, {think['unprepared_p50_ms']} ms (p99 {think['unprepared_p99_ms']}) without"
         )
         report["think"] = think
+
+    if args.env_runs and args.think_ms and args.reset_every:
+        resets = reset_latency(args.env_runs // 4, args.think_ms / 1000)
+        print(
+            f"after a reset, with {args.think_ms:g} ms of model time before each step: reset p50 {resets['reset_p50_ms']} ms "
+            f"(p99 {resets['reset_p99_ms']}), first step p50 {resets['first_p50_ms']} ms (p99 {resets['first_p99_ms']}), "
+            f"second step p50 {resets['second_p50_ms']} ms (p99 {resets['second_p99_ms']})"
+        )
+        report["reset_latency"] = resets
 
     if args.humaneval and args.humaneval_rounds:
         he = grade_humaneval(args.humaneval, args.humaneval_rounds)

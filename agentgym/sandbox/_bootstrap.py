@@ -79,18 +79,24 @@ def write_files(files: dict[str, str], root: str = WORKSPACE) -> None:
             os.close(fd)
 
 
-def settle(*, environment: bool = True) -> None:
+Streams = tuple[io.TextIOWrapper, io.TextIOWrapper, io.TextIOWrapper]
+
+
+def settle(*, environment: bool = True, streams: Streams | None = None) -> None:
     """Make this process look like ``python -c`` started in the workspace: everything that does not
     depend on the request, so a run prepared ahead of its request has done it already.
 
     ``environment=False`` leaves the environment variables alone, for a process that inherited
     them from one that called :func:`set_environment` (the local fork server does, once).
+    ``streams``: standard streams from :func:`standard_streams` that nothing has read or written
+    yet (the local fork server builds them once, for every run); new ones otherwise.
     """
     os.chdir(WORKSPACE)
     if environment:
         set_environment()
     sys.argv = ["-c"]
-    _fresh_standard_streams()
+    # typeshed declares sys.__stdin__ and its siblings Final; replacing them is the point here.
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__ = streams or standard_streams()  # type: ignore[misc]
 
 
 def set_environment() -> None:
@@ -114,13 +120,14 @@ def execute(code: str) -> NoReturn:
     os._exit(_run(code) & 0xFF)
 
 
-def _fresh_standard_streams() -> None:
-    # New stream objects over fds 0-2: nothing buffered by the parent process can leak in.
-    # typeshed declares sys.__stdin__ and its siblings Final; replacing them is the point here.
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape")  # type: ignore[misc]
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape")  # type: ignore[misc]
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(  # type: ignore[misc]
-        io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True
+def standard_streams() -> Streams:
+    """New stream objects over fds 0-2, as ``python -c`` has them: nothing buffered by another
+    process can leak in. A stream caches whether its descriptor can seek when it is built, so
+    build them while 0-2 are what the program will have (pipes, in a sandbox)."""
+    return (
+        io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8", errors="surrogateescape"),
+        io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8", errors="surrogateescape"),
+        io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8", errors="backslashreplace", line_buffering=True),
     )
 
 

@@ -75,8 +75,11 @@ class Backend(abc.ABC):
         """Create a private, empty, writable workspace whose files persist across runs; its id."""
 
     @abc.abstractmethod
-    def close_workspace(self, workspace: str) -> None:
-        """Delete a workspace and everything in it (after its running programs end)."""
+    def close_workspace(self, workspace: str, *, wait: bool = True) -> None:
+        """Delete a workspace and everything in it (after its running programs end). A run
+        prepared for it (:meth:`prepare`) is stopped; ``wait=False`` returns without waiting for it
+        to end (a later close with ``wait=True`` does), for a caller that opens the next workspace
+        at once."""
 
     @abc.abstractmethod
     def start(self, workspace: str, request: bytes, limits: Limits) -> SandboxProcess:

@@ -107,7 +107,7 @@ class DockerBackend(Backend):
             self._run_locks[container.id] = threading.Lock()
         return str(container.id)
 
-    def close_workspace(self, workspace: str) -> None:
+    def close_workspace(self, workspace: str, *, wait: bool = True) -> None:  # prepares nothing: always waits
         with self._lock:
             container = self._containers.pop(workspace, None)
             self._run_locks.pop(workspace, None)

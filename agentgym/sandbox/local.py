@@ -183,6 +183,8 @@ class LocalBackend(Backend):
         # workspace -> (run, limits, started); only atomic dict operations, no lock: a finalizer
         # may close a workspace while this thread holds the control lock.
         self._prepared: dict[str, tuple[LocalProcess, Limits, float]] = {}
+        # Prepared runs stopped by close_workspace(wait=False), until a waiting close sees them end.
+        self._ending: collections.deque[LocalProcess] = collections.deque()
         self._sock, self._proc = _launch()
         self._finalizer = weakref.finalize(self, _shutdown, self._sock, self._proc, self._cgroups, self._groups)
 
@@ -216,7 +218,7 @@ class LocalBackend(Backend):
         self._workspaces[workspace] = generation
         return workspace
 
-    def close_workspace(self, workspace: str) -> None:
+    def close_workspace(self, workspace: str, *, wait: bool = True) -> None:
         # Safe to call from a finalizer: if this thread already holds the lock (garbage
         # collection inside a send), the close is queued and goes out with the next message;
         # a prepared run, killed here, ends when that message is sent.
@@ -225,17 +227,42 @@ class LocalBackend(Backend):
             if prepared is not None:
                 self._queued.append({"op": "kill", "run": prepared[0].run_id})
             self._queued.append({"op": "close", "workspace": workspace})
+        if not wait:
+            self._forget_ended()
+        if prepared is not None:
+            self._ending.append(prepared[0])
         if self._lock.acquire(blocking=False):
             try:
                 self._flush_queued()
             finally:
                 self._lock.release()
-            if prepared is not None and self._dead is None and self._stopped is None:  # a stopped server cannot end it here
-                with contextlib.suppress(SandboxError):
-                    prepared[0].wait()  # gone when close returns, as a finished run is
+            if wait:
+                self._wait_ending()
         group = self._groups.pop(workspace, None)
         if group is not None:
             self._cgroups.release(group)  # reused once the workspace's last run has exited
+
+    def _wait_ending(self) -> None:
+        """Wait for the stopped prepared runs to end: gone when a close returns, as a finished run is."""
+        while self._ending:
+            try:
+                run = self._ending.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            if run.generation == self._generation and self._dead is None and self._stopped is None:  # a stopped server cannot end it here
+                with contextlib.suppress(SandboxError):
+                    run.wait()
+
+    def _forget_ended(self) -> None:
+        """Drop the stopped prepared runs that have ended (their descriptors close with them), so
+        that closes that never wait (an environment reset after reset) hold no more than a few."""
+        for _ in range(len(self._ending)):
+            try:
+                run = self._ending.popleft()
+            except IndexError:  # another thread took the last one
+                return
+            if run.waiting():  # not ended yet: its kill is on its way
+                self._ending.append(run)
 
     def set_idle_priority(self, workspace: str, idle: bool) -> None:
         group = self._groups.get(workspace)
@@ -409,6 +436,9 @@ class LocalBackend(Backend):
         for run, _, _ in self._prepared.values():
             run.abandon()
         self._prepared.clear()
+        while self._ending:
+            with contextlib.suppress(IndexError):  # another thread took the last one
+                self._ending.popleft().abandon()
 
     def _restart(self) -> None:
         """Start a new fork server in place of the stopped one (bounded, see the module docstring).

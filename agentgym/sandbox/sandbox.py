@@ -151,11 +151,16 @@ class Sandbox:
         if self._workspace is not None:
             self.backend.set_idle_priority(self._workspace, idle)
 
-    def close(self) -> None:
-        """Delete the workspace (idempotent). The shared backend keeps serving other sandboxes."""
+    def close(self, *, wait: bool = True) -> None:
+        """Delete the workspace (idempotent). The shared backend keeps serving other sandboxes.
+
+        ``wait=False``: return without waiting for a prepared run to end (it is stopped, and a
+        later ``close()`` of any sandbox of the backend waits for it), for an episode that ends
+        with the next one about to start.
+        """
         if self._workspace is not None:
             workspace, self._workspace = self._workspace, None
-            self.backend.close_workspace(workspace)
+            self.backend.close_workspace(workspace, wait=wait)
 
     def abandon(self) -> None:
         """In a forked child: forget this sandbox without touching it (it belongs to the parent's

@@ -17,7 +17,7 @@ from agentgym.env import Message, ToolEnv
 from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
 from agentgym.envs.code_exec.records import CodeExecInfo, CodeExecTask
 from agentgym.parsing import ParsedAction
-from agentgym.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxLost, get_backend
+from agentgym.sandbox import ExecResult, Limits, Sandbox, SandboxError, SandboxLost, SandboxProcess, get_backend
 from agentgym.sandbox.grading import GRADING_LIMITS, Grade, Grader
 from agentgym.tools import InfraError, ToolError, tool
 from agentgym.verifiers import RewardResult, weighted_sum
@@ -138,6 +138,7 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
         self.limits = limits or RUN_LIMITS
         self.grader = Grader(self.backend, grading_limits or GRADING_LIMITS)
         self._sandbox: Sandbox | None = None
+        self._opened_ahead = False  # by the reset, and nothing has started in it yet
         self.grade: Grade | None = None
         self.submission: str | None = None
         self.runs = 0
@@ -151,10 +152,21 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
         return super().load_tasks(load_tasks(source))
 
     def setup_episode(self, task: CodeExecTask) -> list[Message]:
-        self._close_sandbox()
+        ran_code = self.runs > 0
+        # The last episode's prepared run is stopped without waiting for it (close() waits).
+        self._close_sandbox(wait=False)
         self.grade = None
         self.submission = None
         self.runs = 0
+        self._opened_ahead = False
+        if ran_code:
+            # The last episode ran code, so this one likely will: its workspace opens now and its
+            # first run sets up during the model's first turn. (An episode that only submits opens
+            # none: grading needs a fresh one of its own.)
+            with contextlib.suppress(SandboxError):  # the first run_python opens it, or says why not
+                self._sandbox = Sandbox(self.backend, self.limits)
+                self._opened_ahead = True
+                self._sandbox.prepare()
         system = SYSTEM_PROMPT.format(version=platform.python_version(), wall=self.limits.wall_time_s)
         return [{"role": "system", "content": system}, {"role": "user", "content": task["prompt"]}]
 
@@ -180,12 +192,10 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
                 there persist across calls.
         """
         try:
-            if self._sandbox is None:
-                self._sandbox = Sandbox(self.backend, self.limits)
-            process = self._sandbox.start(code)
+            sandbox, process = self._start(code)
             # The next call's isolation is set up while this code runs and the model reads its output.
             with contextlib.suppress(SandboxError):  # a backend failing here fails the next run, clearly
-                self._sandbox.prepare()
+                sandbox.prepare()
             result = process.wait()
         except SandboxLost as exc:  # the episode's workspace went with its server: not the model's doing
             raise InfraError(f"run_python: {exc}") from None
@@ -227,9 +237,27 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
 
     # ------------------------------------------------------------------------- helpers
 
-    def _close_sandbox(self) -> None:
+    def _start(self, code: str) -> tuple[Sandbox, SandboxProcess]:
+        """Start ``code`` in the episode's sandbox (opened now if the reset did not): it and the run."""
         if self._sandbox is not None:
-            self._sandbox.close()
+            try:
+                process = self._sandbox.start(code)
+            except SandboxLost:
+                if not self._opened_ahead:
+                    raise
+                # Its server stopped after the reset opened it, before anything ran in it: nothing
+                # of the episode was lost, so the episode goes on in a new one.
+                self._close_sandbox()
+            else:
+                self._opened_ahead = False
+                return self._sandbox, process
+        sandbox = self._sandbox = Sandbox(self.backend, self.limits)
+        self._opened_ahead = False
+        return sandbox, sandbox.start(code)
+
+    def _close_sandbox(self, *, wait: bool = True) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close(wait=wait)
             self._sandbox = None
 
     @classmethod

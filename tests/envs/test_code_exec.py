@@ -13,7 +13,7 @@ from agentgym.rollout import make_policy, run_episode, to_json_line
 from agentgym.sandbox import Limits, SandboxUnavailable, get_backend
 from agentgym.sandbox._harness import decode
 from agentgym.sandbox.grading import Grader
-from agentgym.sandbox.local import leftovers
+from agentgym.sandbox.local import LocalBackend, leftovers
 
 ENV_ID = "agentgym/CodeExec-v0"
 SPLITS = ("train", "val", "test")
@@ -113,6 +113,24 @@ def test_files_persist_within_an_episode_and_not_across(make_env):
     observation, *_ = env.step(call("run_python", code="print(open('notes.txt').read())"))
     assert observation[0]["content"] == "exit status 0\n--- stdout ---\nhello\n"
     env.reset(seed=1)
+    observation, *_ = env.step(call("run_python", code="import os; print(os.listdir('.'))"))
+    assert observation[0]["content"] == "exit status 0\n--- stdout ---\n[]\n"
+
+
+def test_an_episode_after_one_that_ran_code_starts_with_its_first_run_prepared(make_env):
+    # Short RL episodes: the reset opens the next workspace and sets its first run up during the
+    # model's first turn; after an episode that only submitted, it opens none (grading has its own).
+    env = make_env(ENV_ID, split="val")
+    code_exec = env.unwrapped
+    env.reset(seed=0)
+    env.step(call("run_python", code="open('notes.txt', 'w').write('hello')"))
+    env.reset(seed=1)
+    assert code_exec._sandbox is not None
+    if isinstance(code_exec.backend, LocalBackend):
+        assert code_exec._sandbox._workspace in code_exec.backend._prepared
+    env.step(call("submit", code="def f():\n    return 1\n"))
+    env.reset(seed=2)
+    assert code_exec._sandbox is None
     observation, *_ = env.step(call("run_python", code="import os; print(os.listdir('.'))"))
     assert observation[0]["content"] == "exit status 0\n--- stdout ---\n[]\n"
 

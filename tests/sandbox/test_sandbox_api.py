@@ -4,9 +4,11 @@ import threading
 import time
 
 import pytest
+from processes import children_of
 
 from agentgym.sandbox import Limits, Sandbox, SandboxError, SandboxUnavailable, get_backend
 from agentgym.sandbox.backend import Capture, check_relative_path, encode_request
+from agentgym.sandbox.local import LocalBackend
 from agentgym.sandbox.sandbox import BACKENDS
 
 # ----------------------------------------------------------------------------- pure parts
@@ -141,6 +143,42 @@ def test_a_prepared_run_is_a_new_run_whose_time_starts_with_its_code(local_backe
         process.send(b"abc\n", timeout=2)
         assert process.readline(timeout=2) == b"cba\n" and process.wait().returncode == 0
         box.prepare()  # closing the sandbox stops it (the session's leftover check)
+
+
+def test_a_close_that_does_not_wait_leaves_its_prepared_run_to_the_next_close(fast):
+    # An episode that ends with the next one about to start does not wait for its prepared run to
+    # end; the next close that waits does, so closing still leaves nothing running.
+    backend = LocalBackend()
+    try:
+        (server,) = children_of(backend._proc.pid)
+        box = Sandbox(backend, fast)
+        box.prepare()
+        deadline = time.monotonic() + 10
+        while not children_of(server) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(children_of(server)) == 1  # the prepared run
+        box.close(wait=False)
+        with Sandbox(backend, fast) as other:
+            assert other.run("print(1)").stdout == "1\n"
+        assert children_of(server) == set()
+    finally:
+        backend.close()
+
+
+def test_closes_that_never_wait_hold_only_the_runs_still_ending(fast):
+    # Episode after episode reset without a waiting close: the stopped prepared runs that have
+    # ended are forgotten (with their descriptors), not kept until the backend closes.
+    backend = LocalBackend()
+    try:
+        for _ in range(12):
+            box = Sandbox(backend, fast)
+            box.run("print(1)")
+            box.prepare()
+            box.close(wait=False)
+            time.sleep(0.2)  # the model's turn: the stopped run ends meanwhile
+        assert len(backend._ending) <= 2
+    finally:
+        backend.close()
 
 
 def test_concurrent_runs_stay_apart(local_backend, fast):

@@ -13,6 +13,7 @@ import pytest
 from processes import alive, children_of
 
 from agentgym.envs import make_env
+from agentgym.parsing import format_tool_call
 from agentgym.rollout import make_policy, run_episode
 from agentgym.sandbox import Limits, Sandbox, SandboxError, SandboxLost, SandboxUnavailable
 from agentgym.sandbox import local as local_module
@@ -69,6 +70,21 @@ def test_twenty_oracle_episodes_succeed_after_the_fork_server_is_killed(local_ba
     env.close()
     assert [r["reward_reason"] for r in records if not r["success"]] == []
     assert (backend.restarts, backend.generation()) == (restarts + 1, generation + 1)
+
+
+def test_a_workspace_the_reset_opened_and_lost_before_its_first_run_is_replaced(local_backend):
+    # A reset after an episode that ran code opens the next workspace ahead; when the server stops
+    # before anything ran in it, nothing of the episode is lost, and the episode goes on.
+    env = make_env("agentgym/CodeExec-v0", backend="local")
+    code_exec = env.unwrapped
+    env.reset(seed=0)
+    env.step(format_tool_call("run_python", {"code": "print(1)"}))
+    env.reset(seed=1)
+    assert code_exec._sandbox is not None  # opened ahead
+    kill_and_wait(server_pid(code_exec.backend))
+    observation, *_ = env.step(format_tool_call("run_python", {"code": "print(2)"}))
+    env.close()
+    assert observation[0]["content"] == "exit status 0\n--- stdout ---\n2\n"
 
 
 def test_what_the_stopped_server_held_is_lost_and_new_workspaces_work(backend):
