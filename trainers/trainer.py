@@ -48,6 +48,7 @@ from agentgym.progress import ProgressReport
 from agentgym.records import EpisodeRecord
 from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.seeding import derive_seed, stream_rng
+from agentgym.settings import settings_of
 from agentgym.trainers.checkpoint import folder_bytes, latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
 from agentgym.trainers.credit import token_advantages
@@ -534,27 +535,20 @@ def _play_round(backend: Any, config: TrainConfig, pool: Sequence[str], step: in
 
 def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, evaluation: bool = False) -> RolloutConfig:
     """The episodes the trainer plays for ``task_ids``: training rollouts (``rollout`` section) or
-    evaluation episodes (``eval`` split, samples, temperature)."""
+    evaluation episodes (``eval`` split, samples, temperature; no error temperature, one
+    environment seed per group).
+
+    Every field the ``rollout`` section shares with :class:`RolloutConfig` (all the rollout
+    settings, the split, group size and environment options) is taken by name, so a setting added
+    to :class:`agentgym.settings.RolloutSettings` reaches the rollouts with no edit here.
+    """
     r, e = config.rollout, config.eval
-    temperature = e.temperature if evaluation else r.temperature
-    return RolloutConfig(
-        env_id=config.env_id,
-        split=e.split if evaluation else r.split,
-        task_ids=tuple(task_ids),
-        group_size=e.samples if evaluation else r.group_size,
-        seed=seed,
-        max_turns=r.max_turns,
-        max_new_tokens=r.max_new_tokens,
-        max_total_tokens=r.max_total_tokens,
-        temperature=temperature,
-        error_temperature=None if evaluation else r.error_temperature,
-        top_p=r.top_p if temperature > 0 else 1.0,
-        template_kwargs=r.template_kwargs,
-        tool_mode=r.tool_mode,
-        env_kwargs=dict(r.env_kwargs),
-        env_workers=r.env_workers,
-        distinct_env_seeds=r.distinct_env_seeds and not evaluation,
-    )
+    played: dict[str, Any] = {"env_id": config.env_id, "task_ids": tuple(task_ids), "seed": seed, "env_kwargs": dict(r.env_kwargs)}
+    if evaluation:
+        played.update(split=e.split, group_size=e.samples, temperature=e.temperature, error_temperature=None, distinct_env_seeds=False)
+    temperature = played.get("temperature", r.temperature)
+    played["top_p"] = r.top_p if temperature > 0 else 1.0
+    return RolloutConfig(**{**settings_of(r, RolloutConfig), **played})
 
 
 def _backend(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainConfig) -> Any:
