@@ -62,12 +62,12 @@ def setting(
     return dataclasses.field(default=default, default_factory=default_factory, metadata=metadata)
 
 
-def bound_problem(field: dataclasses.Field[Any], value: Any) -> str | None:
-    """What is wrong with ``value`` for ``field`` by the bounds it declares (``None``: nothing, or no value)."""
-    meta = field.metadata
-    if value is None or not meta:
+def bound_problem(bounds: Mapping[str, Any], value: Any) -> str | None:
+    """What is wrong with ``value`` by ``bounds`` (a settings field's metadata, or part of it);
+    ``None``: nothing, or no value."""
+    if value is None:
         return None
-    choices, low, above, high = meta.get("choices"), meta.get("min"), meta.get("above"), meta.get("max")
+    choices, low, above, high = bounds.get("choices"), bounds.get("min"), bounds.get("above"), bounds.get("max")
     if choices and value not in choices:
         return f"must be {', '.join(map(repr, choices[:-1]))} or {choices[-1]!r}; got {value!r}"
     if above is not None and high is not None and not above < value <= high:
@@ -88,7 +88,7 @@ def check_settings(settings: Any) -> None:
         ValueError: ``"<field> <what is wrong>"`` for the first field out of its bounds.
     """
     for field in dataclasses.fields(settings):
-        problem = bound_problem(field, getattr(settings, field.name))
+        problem = bound_problem(field.metadata, getattr(settings, field.name))
         if problem:
             raise ValueError(f"{field.name} {problem}")
 

@@ -84,10 +84,11 @@ def setting_argument(
     """The option of the settings field ``name`` of ``cls``, derived from its declaration.
 
     The flag is ``--name-with-dashes`` (or ``flags``) and the destination the field's name; the
-    type, bounds, choices, default and help text are the field's (``default``, ``help`` and
-    ``unset`` — what no value means — replace them for one command): integers and numbers are
-    checked against the field's bounds as they are parsed, mappings are JSON objects, sequences
-    take one or more values, booleans are switches.
+    type, choices, default and help text are the field's (``default``, ``help`` and ``unset`` —
+    what no value means — replace them for one command): integers and numbers are checked against
+    the field's lower bound as they are parsed (a usage error, as for every count), its other
+    bounds when the settings are made (one line: ``top_p must be in (0, 1]``), mappings are JSON
+    objects, sequences take one or more values, booleans are switches.
     """
     field = next(f for f in dataclasses.fields(cls) if f.name == name)
     kind = _value_type(typing.get_type_hints(cls)[name])
@@ -120,14 +121,14 @@ def _value_type(hint: Any) -> Any:
 
 
 def _bounded(kind: Callable[[str], Any], field: dataclasses.Field[Any]) -> Callable[[str], Any]:
-    """An argparse type: the text as ``kind``, within the bounds ``field`` declares."""
+    """An argparse type: the text as ``kind``, at least the least value ``field`` declares."""
 
     def parse(text: str) -> Any:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
-        problem = bound_problem(field, value)
+        problem = bound_problem({"min": field.metadata.get("min")}, value)
         if problem:
             raise argparse.ArgumentTypeError(problem)
         return value
