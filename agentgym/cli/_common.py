@@ -93,7 +93,8 @@ def setting_argument(
     field = next(f for f in dataclasses.fields(cls) if f.name == name)
     kind = _value_type(typing.get_type_hints(cls)[name])
     if default is dataclasses.MISSING:
-        default = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        factory = field.default_factory
+        default = factory() if callable(factory) else field.default
     text = help or field.metadata["help"]
     unset = unset or field.metadata.get("unset")
     options: dict[str, Any] = {"dest": name, "default": default}
