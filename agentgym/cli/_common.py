@@ -71,7 +71,7 @@ def env_arguments(p: argparse.ArgumentParser) -> None:
         setting_argument(p, RolloutConfig, name)
 
 
-def settings_arguments(p: argparse.ArgumentParser | Any, cls: Any, **changes: Mapping[str, Any]) -> None:
+def settings_arguments(p: argparse.ArgumentParser, cls: Any, **changes: Mapping[str, Any]) -> None:
     """One option per field of the settings dataclass ``cls`` (:mod:`agentgym.settings`), in field
     order, as :func:`setting_argument` makes it; ``changes`` maps a field name to its keyword arguments."""
     for field in dataclasses.fields(cls):
@@ -79,7 +79,7 @@ def settings_arguments(p: argparse.ArgumentParser | Any, cls: Any, **changes: Ma
 
 
 def setting_argument(
-    p: argparse.ArgumentParser | Any, cls: Any, name: str, *flags: str, default: Any = dataclasses.MISSING, help: str | None = None, unset: str | None = None
+    p: argparse.ArgumentParser, cls: Any, name: str, *flags: str, default: Any = dataclasses.MISSING, help: str | None = None, unset: str | None = None
 ) -> None:
     """The option of the settings field ``name`` of ``cls``, derived from its declaration.
 
@@ -116,7 +116,7 @@ def setting_argument(
 
 
 def _value_type(hint: Any) -> Any:
-    """The type of a field's values: ``int`` for ``int | None``, the alias's members for a ``Literal``."""
+    """The type of a field's values: a union's one member besides None (``int`` for ``int | None``), else the hint itself."""
     members = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (typing.Union, types.UnionType) else [hint]
     return members[0] if len(members) == 1 else hint
 

@@ -28,7 +28,7 @@ def add_parser(commands: Any) -> None:
     setting_argument(p, RolloutConfig, "split", default="test")
     p.add_argument("--episodes", type=positive_int, default=10, help="tasks to evaluate; each runs --group-size times (default 10)")
     setting_argument(p, RolloutConfig, "group_size", "--group-size", "--num-trials", help="episodes (trials) per task; 2 or more also reports pass^k")
-    setting_argument(p, RolloutConfig, "task_ids", "--task-ids", help="evaluate these tasks (instead of --episodes drawn ones)")
+    setting_argument(p, RolloutConfig, "task_ids", help="evaluate these tasks (instead of --episodes drawn ones)")
     settings_arguments(p, RolloutSettings, max_total_tokens={"unset": "the local model's context window"})
     setting_argument(p, RolloutConfig, "seed")
     p.add_argument(
