@@ -21,82 +21,30 @@ thousands of model outputs, one that breaks an environment must not take the bat
 :class:`~agentgym.tools.InfraError` (the machinery behind the environment failed) ends it the same
 way with ``stop_reason == "infra_error"``: a reward 0 that is not the model's, which consumers drop.
 
-How an episode is played — its budgets and sampling — is one :class:`RolloutSettings`, which the
-runner's configuration, the trainer's YAML ``rollout`` section, ``agentgym eval``'s flags and the
-adapters all map onto.
+How an episode is played — its budgets and sampling — is one :class:`RolloutSettings`
+(declared in :mod:`agentgym.settings`), which the runner's configuration, the trainer's YAML
+``rollout`` section, ``agentgym eval``'s flags and the adapters all derive from.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, cast
 
 import gymnasium as gym
 
 from agentgym.env import agent_env
 from agentgym.models.backend import Generation, SamplingParams, decode_visible
-from agentgym.models.chat import ChatRenderer, ToolMode
+from agentgym.models.chat import ChatRenderer
 from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.parsing import parse_action
 from agentgym.records import ChatMessage, StepError, StepInfo, StopReason, TurnRecord
 from agentgym.seeding import derive_seed
+from agentgym.settings import RolloutSettings
 from agentgym.tools import InfraError
 
 __all__ = ["EpisodeOutcome", "EpisodeTokens", "RolloutSettings", "StopReason", "TokenEpisode", "episode_outcome", "turn_seed"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class RolloutSettings:
-    """How a policy plays an episode: the budgets and the sampling.
-
-    Attributes:
-        max_turns: assistant turns before the environment truncates the episode (None: the
-            environment's default).
-        max_new_tokens: tokens one assistant turn may sample.
-        max_total_tokens: token budget of the whole trajectory, prompt included. A turn samples at
-            most what still fits, keeping one token free for a closing end-of-turn token; when the
-            environment's reply leaves no room for another turn, the episode stops with
-            ``"token_budget"`` and its trajectory ends after its last sampled turn, so it never
-            exceeds the budget (unless the opening prompt alone does). None: no budget.
-        temperature: sampling temperature; 0 decodes greedily.
-        error_temperature: sampling temperature of a turn that follows a failed tool call (the
-            previous step counted ``info["turn_tool_errors"]``: a tool error or a seeded fault); ``None``
-            (the default): ``temperature``. An exploration aid for training: a decision the model
-            almost never gets right after an error (retrying a transient fault, say) is sampled
-            from a flatter distribution there, and only there. The loss still scores every token
-            at ``temperature``.
-        top_p: nucleus mass in (0, 1].
-        template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
-        tool_mode: how tools are shown to the model (see :class:`agentgym.models.chat.ChatRenderer`).
-    """
-
-    max_turns: int | None = None
-    max_new_tokens: int = 256
-    max_total_tokens: int | None = None
-    temperature: float = 1.0
-    error_temperature: float | None = None
-    top_p: float = 1.0
-    template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    tool_mode: ToolMode = "auto"
-
-    def __post_init__(self) -> None:
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be at least 1; got {self.max_new_tokens}")
-        if self.max_turns is not None and self.max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1; got {self.max_turns}")
-        if self.max_total_tokens is not None and self.max_total_tokens < 2:
-            raise ValueError(f"max_total_tokens must be at least 2; got {self.max_total_tokens}")
-        if self.tool_mode not in ("auto", "template", "system_prompt"):
-            raise ValueError(f"tool_mode must be 'auto', 'template' or 'system_prompt'; got {self.tool_mode!r}")
-        # Validates temperature and top_p with the backends' own rules.
-        SamplingParams(temperature=self.temperature, top_p=self.top_p, max_new_tokens=self.max_new_tokens)
-        if self.error_temperature is not None and not self.error_temperature > 0:
-            raise ValueError(f"error_temperature must be above 0 (or None); got {self.error_temperature}")
-
-    def renderer(self, tokenizer: Any, tools: Sequence[Mapping[str, Any]]) -> ChatRenderer:
-        """The chat renderer these settings describe, for ``tokenizer`` and an environment's tools."""
-        return ChatRenderer(tokenizer, tools=tools, tool_mode=self.tool_mode, template_kwargs=self.template_kwargs)
 
 
 def turn_seed(seed: int, episode: int, turn: int) -> int:

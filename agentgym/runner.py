@@ -27,19 +27,20 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 import gymnasium as gym
 import numpy as np
 
-from agentgym.env import SPLITS, agent_env, check_task_ids
+from agentgym.env import agent_env, check_task_ids
 from agentgym.envs.registration import make_env
-from agentgym.episode import RolloutSettings, StopReason, TokenEpisode, turn_seed
+from agentgym.episode import StopReason, TokenEpisode, turn_seed
 from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
 from agentgym.models.backend import as_streaming
 from agentgym.records import ChatMessage, EpisodeRecord, ModelEpisodeRecord, TrajectoryRecord, TurnRecord
 from agentgym.seeding import derive_seed
+from agentgym.settings import RolloutConfig
 from agentgym.tools import InfraError
 
 if TYPE_CHECKING:
@@ -82,76 +83,6 @@ class RolloutProgress:
 
 ProgressFn = Callable[[RolloutProgress], None]
 EpisodeFn = Callable[["Episode"], None]
-
-
-@dataclass(frozen=True)
-class RolloutConfig(RolloutSettings):
-    """What to roll out; how each episode is played comes from :class:`~agentgym.episode.RolloutSettings`.
-
-    The settings' fields (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature``,
-    ``top_p``, ``template_kwargs``, ``tool_mode``) are keyword-only here.
-
-    Attributes:
-        env_id: a registered environment id, e.g. ``"agentgym/Refund-v0"``.
-        split: task split the environments draw from.
-        task_ids: the tasks, one group each, in this order; default: ``num_tasks`` tasks in an order
-            shuffled by ``seed`` (every task once before any repeats).
-        num_tasks: number of groups when ``task_ids`` is not given.
-        group_size: episodes per task (GRPO groups); members differ only in their sampling seeds.
-        seed: base seed. Group ``g`` resets its environments with ``seed + g``; turn ``t`` of episode
-            ``e`` samples with :func:`turn_seed` ``(seed, e, t)``.
-        distinct_env_seeds: give every episode of a group its own environment seed (derived from
-            ``seed``, the group and the member) instead of the group's shared one. It matters for
-            environments with randomness of their own (seeded faults, simulated users): shared, the
-            members of a group meet the same faults and differ only by what the policy does.
-        env_kwargs: extra keyword arguments for ``gym.make`` (``split`` and ``max_turns`` have their
-            own fields).
-        env_workers: threads stepping environments in parallel.
-        max_concurrent: episodes in flight at once (None: all of them). ``1`` plays the episodes one
-            at a time with the same seeds.
-        overlap_env: keep generating while environments step (see the module docstring).
-    """
-
-    env_id: str
-    split: str = "train"
-    task_ids: Sequence[str] | None = None
-    num_tasks: int = 8
-    group_size: int = 1
-    seed: int = 0
-    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    env_workers: int = 8
-    max_concurrent: int | None = None
-    overlap_env: bool = False
-    distinct_env_seeds: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.split not in SPLITS:
-            raise ValueError(f"split must be one of {', '.join(SPLITS)}; got {self.split!r}")
-        if self.task_ids is not None:
-            if isinstance(self.task_ids, str) or not self.task_ids:
-                raise ValueError("task_ids must be a non-empty sequence of task id strings")
-            object.__setattr__(self, "task_ids", tuple(self.task_ids))
-        for name in ("num_tasks", "group_size", "env_workers"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be at least 1; got {getattr(self, name)}")
-        if self.max_concurrent is not None and self.max_concurrent < 1:
-            raise ValueError(f"max_concurrent must be at least 1; got {self.max_concurrent}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be non-negative; got {self.seed}")
-        clashing = sorted({"split", "max_turns"} & set(self.env_kwargs))
-        if clashing:
-            raise ValueError(f"pass {', '.join(clashing)} as RolloutConfig fields, not in env_kwargs")
-
-    @property
-    def num_groups(self) -> int:
-        """Number of task groups."""
-        return len(self.task_ids) if self.task_ids is not None else self.num_tasks
-
-    @property
-    def num_episodes(self) -> int:
-        """Total number of episodes: groups × group size."""
-        return self.num_groups * self.group_size
 
 
 @dataclass

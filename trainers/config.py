@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, cast, dataclass_tran
 import pydantic.dataclasses
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from agentgym.episode import RolloutSettings
+from agentgym.settings import RolloutSettings
 from agentgym.trainers.grpo import DegenerateBy, LossAgg
 
 __all__ = [
@@ -133,7 +133,11 @@ def config_error(exc: ValidationError, root: type, what: str) -> ConfigError:
             problems += [f"{path}: {p}" if path else p for p in raised.problems]
         elif error["type"] == "value_error" and isinstance(raised, ValueError) and section:  # a section's own check
             problems.append(f"{path}.{raised}" if path else str(raised))
-        elif error["type"] in ("missing", "unexpected_keyword_argument"):
+        elif error["type"] == "unexpected_keyword_argument":  # a misspelled key: name the ones there are
+            options = _section_at(root, loc[:-1])
+            valid = f"; valid options: {', '.join(options.__pydantic_fields__)}" if options is not None else ""
+            problems.append(f"{path}: {_phrase(error)}{valid}")
+        elif error["type"] == "missing":
             problems.append(f"{path}: {_phrase(error)}")
         elif member:
             if path not in unions:
@@ -193,6 +197,16 @@ def _where(root: type, loc: Sequence[int | str]) -> tuple[str, bool, bool]:
     return path, section is not None and not rest, member
 
 
+def _section_at(root: type, loc: Sequence[int | str]) -> Any:
+    """The configuration class at the option path ``loc`` from ``root`` (None where ``loc`` leaves the sections)."""
+    section: Any = root
+    for part in loc:
+        if section is None or not isinstance(part, str) or part not in section.__pydantic_fields__:
+            return None
+        section = _section_type(section.__pydantic_fields__[part].annotation)
+    return section
+
+
 def _not_none(annotation: Any) -> tuple[Any, ...]:
     """The members of a union annotation other than None (the annotation itself if it is no union)."""
     if get_origin(annotation) in (Union, types.UnionType):
@@ -210,10 +224,13 @@ def _section_type(annotation: Any) -> type | None:
 
 @config_dataclass(kw_only=True)
 class RolloutSection(RolloutSettings):
-    """How training rollouts are collected: the :class:`~agentgym.episode.RolloutSettings` every
-    rollout path shares (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature``
-    — also applied to the logits the loss sees — ``top_p``, ``template_kwargs``, ``tool_mode``),
-    plus what to roll out. ``RolloutSettings`` checks its own budgets and sampling values.
+    """How training rollouts are collected: every field of :class:`agentgym.settings.RolloutSettings`,
+    inherited (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature`` — also
+    applied to the logits the loss sees — ``error_temperature``, ``top_p``, ``template_kwargs``,
+    ``tool_mode``; a setting added there is an option here), plus what to roll out, with the
+    trainer's own defaults and bounds. ``RolloutSettings`` checks its own budgets and sampling
+    values; :func:`agentgym.trainers.trainer.rollout_config` passes every field this section
+    shares with :class:`agentgym.runner.RolloutConfig` on by name.
 
     Attributes:
         temperature: sampling temperature; above 0, since GRPO compares the samples of a group

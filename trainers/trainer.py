@@ -1,6 +1,7 @@
 """The reference trainer: an SFT warm start, then masked GRPO on an agentgym environment.
 
-Read :func:`train` top to bottom; it is the whole algorithm::
+Read :func:`train` top to bottom, with its two phases :func:`_sft_phase` and :func:`_grpo_phase`;
+they are the whole algorithm::
 
     evaluate the untouched model
     SFT:  for each step: a batch of demonstrations -> masked NLL -> AdamW step
@@ -48,6 +49,7 @@ from agentgym.progress import ProgressReport
 from agentgym.records import EpisodeRecord
 from agentgym.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.seeding import derive_seed, stream_rng
+from agentgym.settings import settings_of
 from agentgym.trainers.checkpoint import folder_bytes, latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
 from agentgym.trainers.credit import token_advantages
@@ -146,7 +148,6 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
 
     console = console or Console(stderr=True)
     run_dir = Path(config.output_dir)
-    seed = config.seed
     # ---- everything bad input can break happens before the run folder is touched (so a failed
     #      start leaves no half-made run and --overwrite deletes nothing): the tasks, the
     #      checkpoint to resume, the policy, the demonstrations
@@ -180,107 +181,165 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
 
     device = next(policy.parameters()).device
     with ProgressReport(console, enabled=config.logging.progress) as display, autocast(device, config.autocast):
-
-        def evaluate(label: str) -> dict[str, float]:
-            summary = _evaluate(policy, tokenizer, config, eval_tasks, display)
-            state.evaluations[label] = summary
-            logger.log("eval", _global_step(config, state), state.step, summary)
-            display.message(f"eval ({label}): success {summary['episode/success_rate']:.3f}, reward {summary['reward/mean']:.3f}")
-            return summary
-
-        def checkpoint_now(optimizer: Any = None, scheduler: Any = None, *, weights: bool = True) -> None:
-            state.monitor = monitor.state_dict()
-            model = policy if weights else None
-            save_checkpoint(
-                run_dir, _global_step(config, state), model=model, optimizer=optimizer, scheduler=scheduler, state=asdict(state), keep=config.checkpoint.keep
-            )
-
-        def due(step: int, every: int) -> bool:
-            return every > 0 and step % every == 0
-
+        run = _Run(config, run_dir, state, policy, tokenizer, pad_id, eval_tasks, logger, monitor, display)
+        del policy  # the run holds the model under training (SFT with LoRA replaces it)
         # ---- 1. the untouched model
         if config.eval.enabled and "base" not in state.evaluations:
-            evaluate("base")
-
+            run.evaluate("base")
         # ---- 2. SFT warm start on demonstrations
         if state.phase == "sft":
-            sft = config.sft
-            optimizer, scheduler = make_optimizer(policy, sft.optim, sft.steps)
-            if checkpoint is not None:
-                restore_checkpoint(checkpoint, model=policy, optimizer=optimizer, scheduler=scheduler)
-            display.phase("SFT", sft.steps, state.step)
-            while state.step < sft.steps:
-                rows = sft_batch_indices(len(demos), sft.batch_size, derive_seed(seed, _SFT), state.step)
-                metrics = sft_update(policy, optimizer, scheduler, [demos[i] for i in rows], sft, pad_token_id=pad_id, share_prefix=config.grpo.share_prefix)
-                state.step += 1
-                logger.log("sft", _global_step(config, state), state.step, metrics)
-                display.advance("SFT", f"loss {metrics['sft/loss']:.3f}")
-                if due(state.step, config.checkpoint.every) and state.step < sft.steps:
-                    checkpoint_now(optimizer, scheduler)
-            del optimizer, scheduler
-            policy = _finish_sft(policy, tokenizer, config, sft_dir)
-            if config.eval.enabled:
-                evaluate("sft")
-            state.phase, state.step = "grpo", 0
-            checkpoint_now(weights=False)  # they are sft_model/'s, which a resumed GRPO phase loads
-
+            _sft_phase(run, demos, checkpoint, sft_dir)
         # ---- 3. GRPO
         if state.phase == "grpo" and config.grpo.steps > 0:
-            g = config.grpo
-            reference = Reference(policy, device=config.ref_device) if g.kl_coef > 0 else None
-            batch_size = config.rollout.num_tasks * config.rollout.group_size
-            updates_per_step = g.epochs * math.ceil(batch_size / (g.mini_batch_size or batch_size))
-            optimizer, scheduler = make_optimizer(policy, config.optim, g.steps * updates_per_step)
-            if checkpoint is not None and load_checkpoint_state(checkpoint)["phase"] == "grpo":
-                restore_checkpoint(checkpoint, model=policy, optimizer=optimizer, scheduler=scheduler)
-            display.phase("GRPO", g.steps, state.step)
-            while state.step < g.steps and not state.stopped_early:
-                # Rollouts: the policy samples group_size episodes of each of this step's tasks
-                # (with resample_rounds, more rounds of fresh tasks while groups lack a signal).
-                play = partial(_play_round, _backend(policy, tokenizer, config), config, train_pool, state.step, display)
-                if g.resample_rounds:
-                    episodes, drawn, sampling = dynamic_sample(
-                        play, extra_rounds=g.resample_rounds, num_groups=config.rollout.num_tasks, group_size=config.rollout.group_size, by=g.degenerate_by
-                    )
-                else:
-                    episodes = drawn = play(0)
-                    sampling = {}
-                # Rewards -> advantages -> several epochs of clipped updates.
-                update = grpo_update(
-                    policy,
-                    reference,
-                    optimizer,
-                    scheduler,
-                    episodes,
-                    g,
-                    group_size=config.rollout.group_size,
-                    temperature=config.rollout.temperature,
-                    pad_token_id=pad_id,
-                    max_len=budget,
-                    max_grad_norm=config.optim.max_grad_norm,
-                    shuffle_seed=derive_seed(seed, _SHUFFLE, state.step),
-                )
-                _advance_schedule(scheduler, updates_per_step - int(update["optim/updates"]))
-                state.step += 1
-                metrics = {**rollout_metrics(drawn), **sampling, **update}
-                logger.log("grpo", _global_step(config, state), state.step, metrics)
-                for warning in monitor.update(state.step, metrics):
-                    state.warnings.append(warning)
-                    display.message(f"[yellow]warning[/]: {warning}")
-                kl = f" kl {metrics['policy/kl']:.4f}" if "policy/kl" in metrics else ""
-                display.advance("GRPO", f"reward {metrics['reward/mean']:.3f} success {metrics['episode/success_rate']:.2f}{kl}")
-                if due(state.step, config.eval.every):
-                    _early_stopping(state, config, evaluate(f"grpo step {state.step}"), f"grpo step {state.step}")
-                if due(state.step, config.checkpoint.every) or state.step == g.steps or state.stopped_early:
-                    checkpoint_now(optimizer, scheduler)
-
-        # ---- 4. final evaluation, the model, plots, report
+            _grpo_phase(run, train_pool, checkpoint, budget)
+        # ---- 4. final evaluation
         last = f"grpo step {state.step}"
         if state.phase == "grpo" and config.grpo.steps > 0 and config.eval.enabled:
-            state.evaluations["final"] = state.evaluations[last] if last in state.evaluations else evaluate("final")
+            state.evaluations["final"] = state.evaluations[last] if last in state.evaluations else run.evaluate("final")
         state.phase = "done"
     logger.close()
-    _export(policy, tokenizer, run_dir / "model")
+    # ---- 5. the model, plots, report
+    trained_on = [*(train_pool if config.grpo.steps else []), *(_sft_tasks(config, train_ids, train_pool) if config.sft.steps else [])]
+    return _write_results(run, trained_on, notes, console)
+
+
+# ---------------------------------------------------------------------------------- the phases
+
+
+@dataclass
+class _Run:
+    """What the phases of a run share: the model under training, the run's state, and where it reports.
+
+    Attributes:
+        policy: the model under training (SFT with LoRA replaces it: see :func:`_finish_sft`).
+        pad_id: the padding token id of every batch.
+        eval_tasks: the fixed evaluation set.
+    """
+
+    config: TrainConfig
+    run_dir: Path
+    state: RunState
+    policy: PreTrainedModel | PeftModel
+    tokenizer: Any
+    pad_id: int
+    eval_tasks: list[str]
+    logger: MetricsLogger
+    monitor: WarningMonitor
+    display: ProgressReport
+
+    def evaluate(self, label: str) -> dict[str, float]:
+        """Evaluate the policy on the evaluation set; record, log and show the summary under ``label``."""
+        summary = _evaluate(self.policy, self.tokenizer, self.config, self.eval_tasks, self.display)
+        self.state.evaluations[label] = summary
+        self.logger.log("eval", _global_step(self.config, self.state), self.state.step, summary)
+        self.display.message(f"eval ({label}): success {summary['episode/success_rate']:.3f}, reward {summary['reward/mean']:.3f}")
+        return summary
+
+    def checkpoint(self, optimizer: Any = None, scheduler: Any = None, *, weights: bool = True) -> None:
+        """Save a checkpoint of where the run is (the weights unless ``weights`` is false)."""
+        self.state.monitor = self.monitor.state_dict()
+        model = self.policy if weights else None
+        save_checkpoint(
+            self.run_dir,
+            _global_step(self.config, self.state),
+            model=model,
+            optimizer=optimizer,
+            scheduler=scheduler,
+            state=asdict(self.state),
+            keep=self.config.checkpoint.keep,
+        )
+
+
+def _sft_phase(run: _Run, demos: Sequence[Any], checkpoint: Path | None, sft_dir: Path) -> None:
+    """The SFT warm start: ``sft.steps`` AdamW steps of masked NLL on batches of demonstrations,
+    then the SFT model saved (the GRPO reference, and the base a resumed GRPO phase loads)."""
+    config, state, sft = run.config, run.state, run.config.sft
+    optimizer, scheduler = make_optimizer(run.policy, sft.optim, sft.steps)
+    if checkpoint is not None:
+        restore_checkpoint(checkpoint, model=run.policy, optimizer=optimizer, scheduler=scheduler)
+    run.display.phase("SFT", sft.steps, state.step)
+    while state.step < sft.steps:
+        rows = sft_batch_indices(len(demos), sft.batch_size, derive_seed(config.seed, _SFT), state.step)
+        batch = [demos[i] for i in rows]
+        metrics = sft_update(run.policy, optimizer, scheduler, batch, sft, pad_token_id=run.pad_id, share_prefix=config.grpo.share_prefix)
+        state.step += 1
+        run.logger.log("sft", _global_step(config, state), state.step, metrics)
+        run.display.advance("SFT", f"loss {metrics['sft/loss']:.3f}")
+        if _due(state.step, config.checkpoint.every) and state.step < sft.steps:
+            run.checkpoint(optimizer, scheduler)
+    del optimizer, scheduler
+    run.policy = _finish_sft(run.policy, run.tokenizer, config, sft_dir)
+    if config.eval.enabled:
+        run.evaluate("sft")
+    state.phase, state.step = "grpo", 0
+    run.checkpoint(weights=False)  # they are sft_model/'s, which a resumed GRPO phase loads
+
+
+def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, budget: int) -> None:
+    """The GRPO phase: each step rolls out, computes advantages and updates the policy, then logs,
+    warns, evaluates (early stopping) and checkpoints as configured.
+
+    Args:
+        budget: the most tokens a trajectory can sample (Dr. GRPO's constant).
+    """
+    config, state, g = run.config, run.state, run.config.grpo
+    reference = Reference(run.policy, device=config.ref_device) if g.kl_coef > 0 else None
+    batch_size = config.rollout.num_tasks * config.rollout.group_size
+    updates_per_step = g.epochs * math.ceil(batch_size / (g.mini_batch_size or batch_size))
+    optimizer, scheduler = make_optimizer(run.policy, config.optim, g.steps * updates_per_step)
+    if checkpoint is not None and load_checkpoint_state(checkpoint)["phase"] == "grpo":
+        restore_checkpoint(checkpoint, model=run.policy, optimizer=optimizer, scheduler=scheduler)
+    run.display.phase("GRPO", g.steps, state.step)
+    while state.step < g.steps and not state.stopped_early:
+        # Rollouts: the policy samples group_size episodes of each of this step's tasks
+        # (with resample_rounds, more rounds of fresh tasks while groups lack a signal).
+        play = partial(_play_round, _backend(run.policy, run.tokenizer, config), config, train_pool, state.step, run.display)
+        if g.resample_rounds:
+            episodes, drawn, sampling = dynamic_sample(
+                play, extra_rounds=g.resample_rounds, num_groups=config.rollout.num_tasks, group_size=config.rollout.group_size, by=g.degenerate_by
+            )
+        else:
+            episodes = drawn = play(0)
+            sampling = {}
+        # Rewards -> advantages -> several epochs of clipped updates.
+        update = grpo_update(
+            run.policy,
+            reference,
+            optimizer,
+            scheduler,
+            episodes,
+            g,
+            group_size=config.rollout.group_size,
+            temperature=config.rollout.temperature,
+            pad_token_id=run.pad_id,
+            max_len=budget,
+            max_grad_norm=config.optim.max_grad_norm,
+            shuffle_seed=derive_seed(config.seed, _SHUFFLE, state.step),
+        )
+        _advance_schedule(scheduler, updates_per_step - int(update["optim/updates"]))
+        state.step += 1
+        metrics = {**rollout_metrics(drawn), **sampling, **update}
+        run.logger.log("grpo", _global_step(config, state), state.step, metrics)
+        for warning in run.monitor.update(state.step, metrics):
+            state.warnings.append(warning)
+            run.display.message(f"[yellow]warning[/]: {warning}")
+        kl = f" kl {metrics['policy/kl']:.4f}" if "policy/kl" in metrics else ""
+        run.display.advance("GRPO", f"reward {metrics['reward/mean']:.3f} success {metrics['episode/success_rate']:.2f}{kl}")
+        if _due(state.step, config.eval.every):
+            _early_stopping(state, config, run.evaluate(f"grpo step {state.step}"), f"grpo step {state.step}")
+        if _due(state.step, config.checkpoint.every) or state.step == g.steps or state.stopped_early:
+            run.checkpoint(optimizer, scheduler)
+
+
+def _due(step: int, every: int) -> bool:
+    """Whether a periodic action (every ``every`` steps; 0: never) falls on ``step``."""
+    return every > 0 and step % every == 0
+
+
+def _write_results(run: _Run, trained_on: Sequence[str], notes: list[str], console: Console) -> TrainResult:
+    """The finished run's folder: the model, the resume state dropped (unless kept), plots and the report."""
+    config, state, run_dir = run.config, run.state, run.run_dir
+    _export(run.policy, run.tokenizer, run_dir / "model")
     if not config.checkpoint.keep_when_done:
         # Done: the run is never resumed, so its resume state goes (weights and optimiser moments
         # are ~4x the model; sft_model/ another 1x); model/ is the result.
@@ -289,7 +348,6 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
     plots, note = plot_metrics(run_dir / "metrics.jsonl", run_dir / "plots") if config.logging.plots else ([], None)
     if note:
         notes.append(note)
-    trained_on = [*(train_pool if config.grpo.steps else []), *(_sft_tasks(config, train_ids, train_pool) if config.sft.steps else [])]
     grpo_steps = [row for row in read_metrics(run_dir / "metrics.jsonl") if row["phase"] == "grpo"]
     report = write_report(
         run_dir / "report.md",
@@ -300,7 +358,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
         plots=plots,
         best=state.best,
         stopped_early=state.stopped_early,
-        eval_tasks=eval_tasks,
+        eval_tasks=run.eval_tasks,
         trained_on=trained_on,
         grpo_steps=grpo_steps,
     )
@@ -534,27 +592,20 @@ def _play_round(backend: Any, config: TrainConfig, pool: Sequence[str], step: in
 
 def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, evaluation: bool = False) -> RolloutConfig:
     """The episodes the trainer plays for ``task_ids``: training rollouts (``rollout`` section) or
-    evaluation episodes (``eval`` split, samples, temperature)."""
+    evaluation episodes (``eval`` split, samples, temperature; no error temperature, one
+    environment seed per group).
+
+    Every field the ``rollout`` section shares with :class:`RolloutConfig` (all the rollout
+    settings, the split, group size and environment options) is taken by name, so a setting added
+    to :class:`agentgym.settings.RolloutSettings` reaches the rollouts with no edit here.
+    """
     r, e = config.rollout, config.eval
-    temperature = e.temperature if evaluation else r.temperature
-    return RolloutConfig(
-        env_id=config.env_id,
-        split=e.split if evaluation else r.split,
-        task_ids=tuple(task_ids),
-        group_size=e.samples if evaluation else r.group_size,
-        seed=seed,
-        max_turns=r.max_turns,
-        max_new_tokens=r.max_new_tokens,
-        max_total_tokens=r.max_total_tokens,
-        temperature=temperature,
-        error_temperature=None if evaluation else r.error_temperature,
-        top_p=r.top_p if temperature > 0 else 1.0,
-        template_kwargs=r.template_kwargs,
-        tool_mode=r.tool_mode,
-        env_kwargs=dict(r.env_kwargs),
-        env_workers=r.env_workers,
-        distinct_env_seeds=r.distinct_env_seeds and not evaluation,
-    )
+    played: dict[str, Any] = {"env_id": config.env_id, "task_ids": tuple(task_ids), "seed": seed, "env_kwargs": dict(r.env_kwargs)}
+    if evaluation:
+        played.update(split=e.split, group_size=e.samples, temperature=e.temperature, error_temperature=None, distinct_env_seeds=False)
+    temperature = played.get("temperature", r.temperature)
+    played["top_p"] = r.top_p if temperature > 0 else 1.0
+    return RolloutConfig(**{**settings_of(r, RolloutConfig), **played})
 
 
 def _backend(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainConfig) -> Any:

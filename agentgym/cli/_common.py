@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from agentgym.settings import RolloutConfig, bound_problem
 
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
 
-__all__ = ["CLIError", "check_model_path", "env_arguments", "json_object", "make", "model_backend", "positive_int", "quiet_argument", "token_from_env"]
+__all__ = [
+    "CLIError",
+    "check_model_path",
+    "env_arguments",
+    "json_object",
+    "make",
+    "model_backend",
+    "positive_int",
+    "quiet_argument",
+    "setting_argument",
+    "settings_arguments",
+    "token_from_env",
+]
 
 
 class CLIError(Exception):
@@ -49,9 +67,74 @@ def json_object(text: str) -> dict[str, Any]:
 def env_arguments(p: argparse.ArgumentParser) -> None:
     """ENV, --seed, --split and --env-kwargs: the arguments of the commands that run an environment."""
     p.add_argument("env", metavar="ENV", help="environment id, e.g. agentgym/Refund-v0")
-    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
-    p.add_argument("--split", default="train", choices=["train", "val", "test"], help="task split (default train)")
-    p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
+    for name in ("seed", "split", "env_kwargs"):
+        setting_argument(p, RolloutConfig, name)
+
+
+def settings_arguments(p: argparse.ArgumentParser, cls: Any, **changes: Mapping[str, Any]) -> None:
+    """One option per field of the settings dataclass ``cls`` (:mod:`agentgym.settings`), in field
+    order, as :func:`setting_argument` makes it; ``changes`` maps a field name to its keyword arguments."""
+    for field in dataclasses.fields(cls):
+        setting_argument(p, cls, field.name, **changes.get(field.name, {}))
+
+
+def setting_argument(
+    p: argparse.ArgumentParser, cls: Any, name: str, *flags: str, default: Any = dataclasses.MISSING, help: str | None = None, unset: str | None = None
+) -> None:
+    """The option of the settings field ``name`` of ``cls``, derived from its declaration.
+
+    The flag is ``--name-with-dashes`` (or ``flags``) and the destination the field's name; the
+    type, choices, default and help text are the field's (``default``, ``help`` and ``unset`` —
+    what no value means — replace them for one command): integers and numbers are checked against
+    the field's lower bound as they are parsed (a usage error, as for every count), its other
+    bounds when the settings are made (one line: ``top_p must be in (0, 1]``), mappings are JSON
+    objects, sequences take one or more values, booleans are switches.
+    """
+    field = next(f for f in dataclasses.fields(cls) if f.name == name)
+    kind = _value_type(typing.get_type_hints(cls)[name])
+    if default is dataclasses.MISSING:
+        factory = field.default_factory
+        default = factory() if callable(factory) else field.default
+    text = help or field.metadata["help"]
+    unset = unset or field.metadata.get("unset")
+    options: dict[str, Any] = {"dest": name, "default": default}
+    if kind is bool:
+        options["action"] = "store_true"
+    elif typing.get_origin(kind) in (dict, Mapping) or kind is dict:
+        options.update(type=json_object, metavar="JSON")
+    elif typing.get_origin(kind) in (tuple, list, Sequence):
+        options.update(nargs="+", metavar="ID")
+    elif field.metadata.get("choices"):
+        options["choices"] = field.metadata["choices"]
+    elif kind in (int, float):
+        options["type"] = _bounded(kind, field)
+    if default is not None and not isinstance(default, (bool, Mapping)):
+        text += f" (default {default})"
+    elif default is None and unset:
+        text += f" (default: {unset})"
+    p.add_argument(*(flags or ["--" + name.replace("_", "-")]), help=text, **options)
+
+
+def _value_type(hint: Any) -> Any:
+    """The type of a field's values: a union's one member besides None (``int`` for ``int | None``), else the hint itself."""
+    members = [a for a in typing.get_args(hint) if a is not type(None)] if typing.get_origin(hint) in (typing.Union, types.UnionType) else [hint]
+    return members[0] if len(members) == 1 else hint
+
+
+def _bounded(kind: Callable[[str], Any], field: dataclasses.Field[Any]) -> Callable[[str], Any]:
+    """An argparse type: the text as ``kind``, at least the least value ``field`` declares."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not {'an integer' if kind is int else 'a number'}: {text!r}") from None
+        problem = bound_problem({"min": field.metadata.get("min")}, value)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+        return value
+
+    return parse
 
 
 def quiet_argument(p: argparse.ArgumentParser, *aliases: str) -> None:

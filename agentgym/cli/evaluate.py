@@ -12,37 +12,25 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agentgym.cli._common import CLIError, json_object, make, model_backend, non_negative_int, positive_int, quiet_argument
+from agentgym.cli._common import CLIError, make, model_backend, non_negative_int, positive_int, quiet_argument, setting_argument, settings_arguments
+from agentgym.settings import RolloutConfig, RolloutSettings, settings_of
 
 if TYPE_CHECKING:
-    from agentgym.runner import Episode, RolloutConfig
+    from agentgym.runner import Episode
 
-__all__ = ["add_parser", "run"]
+__all__ = ["add_parser", "rollout_config", "run"]
 
 
 def add_parser(commands: Any) -> None:
     p = commands.add_parser("eval", help="evaluate a model in an environment and write its trajectories")
     p.add_argument("env", metavar="ENV", help="environment id, e.g. agentgym/Refund-v0")
     p.add_argument("--model", help="model name, local path, .gguf file or hub id (default: the bundled SmolLM2-135M-Instruct)")
-    p.add_argument("--split", default="test", choices=["train", "val", "test"], help="task split (default test)")
+    setting_argument(p, RolloutConfig, "split", default="test")
     p.add_argument("--episodes", type=positive_int, default=10, help="tasks to evaluate; each runs --group-size times (default 10)")
-    p.add_argument(
-        "--group-size",
-        "--num-trials",
-        dest="group_size",
-        type=positive_int,
-        default=1,
-        help="episodes (trials) per task; 2 or more also reports pass^k (default 1)",
-    )
-    p.add_argument("--task-ids", nargs="+", metavar="ID", help="evaluate these tasks (instead of --episodes drawn ones)")
-    p.add_argument("--max-turns", type=positive_int, help="assistant turns per episode (default: the environment's)")
-    p.add_argument("--max-new-tokens", type=positive_int, default=256, help="tokens sampled per turn at most (default 256)")
-    p.add_argument(
-        "--max-total-tokens", type=positive_int, help="token budget of a whole trajectory, prompt included (default: the local model's context window)"
-    )
-    p.add_argument("--temperature", type=_non_negative_float, default=1.0, help="sampling temperature, 0 = greedy (default 1.0)")
-    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass in (0, 1] (default 1.0)")
-    p.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
+    setting_argument(p, RolloutConfig, "group_size", "--group-size", "--num-trials", help="episodes (trials) per task; 2 or more also reports pass^k")
+    setting_argument(p, RolloutConfig, "task_ids", help="evaluate these tasks (instead of --episodes drawn ones)")
+    settings_arguments(p, RolloutSettings, max_total_tokens={"unset": "the local model's context window"})
+    setting_argument(p, RolloutConfig, "seed")
     p.add_argument(
         "--backend", default="hf", choices=["hf", "openai", "vllm"], help="local transformers, an OpenAI-compatible server, or in-process vLLM (default hf)"
     )
@@ -55,7 +43,7 @@ def add_parser(commands: Any) -> None:
         help="times an episode the machinery failed under (a dead sandbox server, a lost connection) is played again with the same seeds; "
         "one that still fails is left out of the rates and counted as an infra error (default 1)",
     )
-    p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON", help="extra keyword arguments for gym.make, as a JSON object")
+    setting_argument(p, RolloutConfig, "env_kwargs")
     p.add_argument("--out", help="write the episodes with their token ids and loss masks: JSON lines, or Parquet for .parquet")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     quiet_argument(p)
@@ -69,26 +57,9 @@ def run(args: argparse.Namespace) -> int:
     from agentgym.evaluation import evaluate, print_report
     from agentgym.models import DEFAULT_MODEL, BackendError, ModelLoadError
     from agentgym.progress import ProgressReport
-    from agentgym.runner import Episode, RolloutConfig
+    from agentgym.runner import Episode
 
-    clashing = sorted({"split", "max_turns"} & set(args.env_kwargs))
-    if clashing:
-        key = clashing[0]
-        raise CLIError(f"use --{key.replace('_', '-')} instead of setting {key} in --env-kwargs")
-    config = RolloutConfig(  # validates the values before anything is loaded
-        env_id=args.env,
-        split=args.split,
-        num_tasks=len(args.task_ids) if args.task_ids else args.episodes,
-        task_ids=args.task_ids,
-        group_size=args.group_size,
-        seed=args.seed,
-        max_turns=args.max_turns,
-        max_new_tokens=args.max_new_tokens,
-        max_total_tokens=args.max_total_tokens,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        env_kwargs=args.env_kwargs,
-    )
+    config = rollout_config(args)  # validates the values before anything is loaded
     env = make(args)  # validates the id and kwargs before the model is loaded
     max_turns = config.max_turns or env.unwrapped.max_turns
     env.close()
@@ -147,6 +118,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def rollout_config(args: argparse.Namespace) -> RolloutConfig:
+    """The episodes the options describe: every setting they name (an option's destination is its
+    field's name), ``--episodes`` tasks unless ``--task-ids`` names them."""
+    clashing = sorted({"split", "max_turns"} & set(args.env_kwargs))
+    if clashing:
+        key = clashing[0]
+        raise CLIError(f"use --{key.replace('_', '-')} instead of setting {key} in --env-kwargs")
+    num_tasks = len(args.task_ids) if args.task_ids else args.episodes
+    return RolloutConfig(**{**settings_of(args, RolloutConfig), "env_id": args.env, "num_tasks": num_tasks})
+
+
 def _report_interrupted(finished: list[Episode], config: RolloutConfig, args: argparse.Namespace, *, backend_name: str) -> None:
     """After Ctrl-C: what finished, and where it is kept."""
     from rich.console import Console
@@ -158,16 +140,6 @@ def _report_interrupted(finished: list[Episode], config: RolloutConfig, args: ar
     console.print(f"agentgym: interrupted: {len(finished)} of {config.num_episodes} episodes finished{kept}", highlight=False)
     if finished:
         print_report({"env": args.env, "policy": backend_name, "split": args.split, **eval_metrics(finished)}, console)
-
-
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, got {text}")
-    return value
 
 
 def _context_window(backend: Any) -> int | None:

@@ -279,6 +279,7 @@ def _evaluate(
     from agentgym.models import load_model
     from agentgym.models.hf import HFBackend
     from agentgym.runner import RolloutConfig, RolloutRunner
+    from agentgym.settings import settings_of
 
     log(f"evaluating {arm}" + (f" seed {seed}" if seed is not None else ""))
     training = config_from_dict({**config.training, "env_id": config.env_id})
@@ -289,6 +290,9 @@ def _evaluate(
     for split, task_ids in split_ids(tasks).items():
         # The trials of a task are the members of its group, each with its own environment seed,
         # so one batch holds every episode of the split.
+        # The training rollouts' settings (budgets, chat template), sampled at the evaluation's
+        # temperature from the whole distribution: no nucleus, no error temperature.
+        settings = {**settings_of(r), "temperature": ev.temperature, "error_temperature": None, "top_p": 1.0}
         rollout = RolloutConfig(
             config.env_id,
             split=split,
@@ -296,13 +300,8 @@ def _evaluate(
             group_size=ev.trials,
             distinct_env_seeds=True,
             seed=ev.seed,
-            temperature=ev.temperature,
-            max_turns=r.max_turns,
-            max_new_tokens=r.max_new_tokens,
-            max_total_tokens=r.max_total_tokens,
-            template_kwargs=r.template_kwargs,
-            tool_mode=r.tool_mode,
             env_kwargs=dict(ev.env_kwargs),
+            **settings,
         )
         for episode in RolloutRunner(backend).run(rollout, infra_retries=ev.infra_retries):
             records.append(_eval_record(episode, arm=arm, seed=seed, trial=episode.member, split=split))
