@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, cast, dataclass_tran
 import pydantic.dataclasses
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from agentgym.episode import RolloutSettings
+from agentgym.rollouts.episode import RolloutSettings
 from agentgym.trainers.grpo import DegenerateBy, LossAgg
 
 __all__ = [
@@ -210,7 +210,7 @@ def _section_type(annotation: Any) -> type | None:
 
 @config_dataclass(kw_only=True)
 class RolloutSection(RolloutSettings):
-    """How training rollouts are collected: the :class:`~agentgym.episode.RolloutSettings` every
+    """How training rollouts are collected: the :class:`~agentgym.rollouts.episode.RolloutSettings` every
     rollout path shares (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature``
     — also applied to the logits the loss sees — ``top_p``, ``template_kwargs``, ``tool_mode``),
     plus what to roll out. ``RolloutSettings`` checks its own budgets and sampling values.
@@ -228,7 +228,7 @@ class RolloutSection(RolloutSettings):
         env_kwargs: extra keyword arguments for ``gym.make``.
         env_workers: threads stepping environments in parallel.
         distinct_env_seeds: every episode of a group gets its own environment seed (see
-            :class:`agentgym.runner.RolloutConfig`).
+            :class:`agentgym.rollouts.runner.RolloutConfig`).
     """
 
     temperature: Annotated[float, Field(gt=0)] = 1.0

@@ -42,11 +42,13 @@ import numpy as np
 import torch
 
 from agentgym.env import check_task_ids
-from agentgym.models import DEFAULT_MODEL, ChatRenderer, collate
+from agentgym.models import DEFAULT_MODEL
 from agentgym.models.loading import resolve_device
 from agentgym.progress import ProgressReport
 from agentgym.records import EpisodeRecord
-from agentgym.runner import Episode, RolloutConfig, run_rollouts
+from agentgym.rollouts.batching import collate
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.seeding import derive_seed, stream_rng
 from agentgym.trainers.checkpoint import folder_bytes, latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
@@ -337,7 +339,7 @@ def grpo_update(
     """The GRPO update on one rollout batch: advantages, then ``g.epochs`` passes of mini-batch steps.
 
     ``episodes`` are ordered by group (``group_size`` consecutive episodes share a task), as
-    :func:`agentgym.runner.run_rollouts` returns them. A group with an episode the machinery failed
+    :func:`agentgym.rollouts.runner.run_rollouts` returns them. A group with an episode the machinery failed
     under (``stop_reason == "infra_error"``) is left out whole (:func:`intact_groups`).
 
     Returns:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agentgym.cli._common import CLIError, json_object, make, model_backend, non_negative_int, positive_int, quiet_argument
 
 if TYPE_CHECKING:
-    from agentgym.runner import Episode, RolloutConfig
+    from agentgym.rollouts.runner import Episode, RolloutConfig
 
 __all__ = ["add_parser", "run"]
 
@@ -65,11 +65,11 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from agentgym.episode_file import EpisodeFile
-    from agentgym.evaluation import evaluate, print_report
     from agentgym.models import DEFAULT_MODEL, BackendError, ModelLoadError
     from agentgym.progress import ProgressReport
-    from agentgym.runner import Episode, RolloutConfig
+    from agentgym.rollouts.episode_file import EpisodeFile
+    from agentgym.rollouts.evaluation import evaluate, print_report
+    from agentgym.rollouts.runner import Episode, RolloutConfig
 
     clashing = sorted({"split", "max_turns"} & set(args.env_kwargs))
     if clashing:
@@ -151,7 +151,7 @@ def _report_interrupted(finished: list[Episode], config: RolloutConfig, args: ar
     """After Ctrl-C: what finished, and where it is kept."""
     from rich.console import Console
 
-    from agentgym.evaluation import eval_metrics, print_report
+    from agentgym.rollouts.evaluation import eval_metrics, print_report
 
     console = Console(stderr=True)
     kept = f"; they are in {args.out}, and the same command resumes the run" if args.out else "; with --out they would have been kept"

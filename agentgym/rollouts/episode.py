@@ -36,10 +36,10 @@ import gymnasium as gym
 
 from agentgym.env import agent_env
 from agentgym.models.backend import Generation, SamplingParams, decode_visible
-from agentgym.models.chat import ChatRenderer, ToolMode
-from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.parsing import parse_action
 from agentgym.records import ChatMessage, StepError, StepInfo, StopReason, TurnRecord
+from agentgym.rollouts.chat import ChatRenderer, ToolMode
+from agentgym.rollouts.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.seeding import derive_seed
 from agentgym.tools import InfraError
 
@@ -68,7 +68,7 @@ class RolloutSettings:
             at ``temperature``.
         top_p: nucleus mass in (0, 1].
         template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
-        tool_mode: how tools are shown to the model (see :class:`agentgym.models.chat.ChatRenderer`).
+        tool_mode: how tools are shown to the model (see :class:`agentgym.rollouts.chat.ChatRenderer`).
     """
 
     max_turns: int | None = None

@@ -1,7 +1,7 @@
 """Run many model-driven episodes at once and keep their trajectories token-exact.
 
 :func:`run_rollouts` plays ``num_tasks × group_size`` episodes of one environment with a policy
-backend. Each episode is a :class:`~agentgym.episode.TokenEpisode` (the one episode driver every
+backend. Each episode is a :class:`~agentgym.rollouts.episode.TokenEpisode` (the one episode driver every
 caller shares); the runner feeds them to the backend as a stream:
 
 1. every episode that wants a turn submits its token sequence so far (each episode and turn has
@@ -35,10 +35,12 @@ import numpy as np
 
 from agentgym.env import SPLITS, agent_env, check_task_ids
 from agentgym.envs.registration import make_env
-from agentgym.episode import RolloutSettings, StopReason, TokenEpisode, turn_seed
-from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
+from agentgym.models import Generation, GenerationBackend
 from agentgym.models.backend import as_streaming
 from agentgym.records import ChatMessage, EpisodeRecord, ModelEpisodeRecord, TrajectoryRecord, TurnRecord
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.episode import RolloutSettings, StopReason, TokenEpisode, turn_seed
+from agentgym.rollouts.trajectory import Trajectory
 from agentgym.seeding import derive_seed
 from agentgym.tools import InfraError
 
@@ -86,7 +88,7 @@ EpisodeFn = Callable[["Episode"], None]
 
 @dataclass(frozen=True)
 class RolloutConfig(RolloutSettings):
-    """What to roll out; how each episode is played comes from :class:`~agentgym.episode.RolloutSettings`.
+    """What to roll out; how each episode is played comes from :class:`~agentgym.rollouts.episode.RolloutSettings`.
 
     The settings' fields (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature``,
     ``top_p``, ``template_kwargs``, ``tool_mode``) are keyword-only here.
