@@ -4,6 +4,8 @@
 Linters that flag the import as unused accept ``gym.register_envs(agentgym)`` instead.
 """
 
+# First: old import paths of moved modules keep working for one version (it installs their finder).
+from agentgym import _moved  # noqa: F401  # isort: skip
 from agentgym.env import ToolEnv
 from agentgym.envs.catalogue import ENVIRONMENTS
 from agentgym.envs.registration import make_env, register_envs

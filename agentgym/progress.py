@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from agentgym.runner import ProgressFn, RolloutProgress
+    from agentgym.rollouts.runner import ProgressFn, RolloutProgress
 
 __all__ = ["DEFAULT_INTERVAL_S", "ProgressReport"]
 
@@ -49,7 +49,7 @@ class ProgressReport:
     """Progress bars on a terminal, a plain line at a steady interval otherwise, or nothing.
 
     Use it as a context manager. ``phase`` starts (or restarts) a bar, ``advance`` moves it one step,
-    ``episodes`` gives the callback :class:`~agentgym.runner.RolloutRunner` reports to, ``message``
+    ``episodes`` gives the callback :class:`~agentgym.rollouts.runner.RolloutRunner` reports to, ``message``
     prints a line above the bars.
 
     Args:
@@ -137,7 +137,7 @@ class ProgressReport:
             self._show(name, bar)
 
     def episodes(self, name: str = "episodes") -> ProgressFn:
-        """A callback for :meth:`agentgym.runner.RolloutRunner.run`: bar ``name`` follows the run's
+        """A callback for :meth:`agentgym.rollouts.runner.RolloutRunner.run`: bar ``name`` follows the run's
         turns and tokens, and counts its finished episodes."""
 
         def update(progress: RolloutProgress) -> None:

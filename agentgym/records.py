@@ -7,21 +7,21 @@ record to its type: a key that is not declared here fails it.
 
 Episodes
     :class:`EpisodeRecord`: one episode, as ``env.unwrapped.episode_record()``,
-    :func:`agentgym.rollout.run_episode` and :func:`agentgym.rollout.rollout` return it and as
+    :func:`agentgym.rollouts.scripted.run_episode` and :func:`agentgym.rollouts.scripted.rollout` return it and as
     ``agentgym rollout --out`` writes it, one JSON line each. It holds the conversation
     (:class:`ChatMessage`), one :class:`StepRecord` per turn (with its :class:`StepInfo`) and the
     reward's explanation (:class:`RewardInfo`).
 
     :class:`ModelEpisodeRecord`: an episode a model played through the rollout runner
-    (:attr:`agentgym.runner.Episode.record`), with its group, member and stop reason;
-    :attr:`agentgym.runner.Episode.turns` holds one :class:`TurnRecord` per sampled turn.
+    (:attr:`agentgym.rollouts.runner.Episode.record`), with its group, member and stop reason;
+    :attr:`agentgym.rollouts.runner.Episode.turns` holds one :class:`TurnRecord` per sampled turn.
 
     :class:`TrajectoryRecord`: a line of ``agentgym eval --out``
-    (:meth:`agentgym.runner.Episode.to_dict`): the model episode record with its token-exact
+    (:meth:`agentgym.rollouts.runner.Episode.to_dict`): the model episode record with its token-exact
     trajectory (:class:`TrajectoryDict`), which ``agentgym inspect`` reads.
 
     :class:`LabelledRecord`: an episode record with a person's verdict (:class:`Label`), as in
-    ``tasks/*/labelled.jsonl``, built by :func:`agentgym.labelling.build_labelled` and read by
+    ``tasks/*/labelled.jsonl``, built by :func:`agentgym.offline.labelling.build_labelled` and read by
     ``agentgym validate-reward``.
 
 Tasks
@@ -42,8 +42,8 @@ Rewards
     :class:`RewardInfo` (``reward_components``, ``reward_reason``, ``success``).
 
 Loading
-    :func:`agentgym.rollout.read_records` reads a JSONL file of episode records (any of the
-    kinds above) typed as :class:`EpisodeRecord`; :func:`agentgym.rollout.read_jsonl` reads any
+    :func:`agentgym.rollouts.io.read_records` reads a JSONL file of episode records (any of the
+    kinds above) typed as :class:`EpisodeRecord`; :func:`agentgym.rollouts.io.read_jsonl` reads any
     JSONL file as plain dicts. JSON has no tuples: sequences come back as lists.
 """
 
@@ -93,7 +93,7 @@ evaluations leave such episodes out)."""
 FinishReason = Literal["stop", "length"]
 """Why a sampled turn ended: the end-of-turn token (``stop``) or the token limit (``length``)."""
 SegmentKind = Literal["prompt", "sampled", "closing", "env"]
-"""Where a run of trajectory tokens came from (see :class:`agentgym.models.trajectory.Segment`)."""
+"""Where a run of trajectory tokens came from (see :class:`agentgym.rollouts.trajectory.Segment`)."""
 LabelKind = Literal["success", "partial", "failure", "hack"]
 
 
@@ -198,7 +198,7 @@ class EpisodeRecord(RewardInfo):
     return and each line of ``agentgym rollout --out``.
 
     The same environment, policy, seed and arguments give the same record, byte for byte, once
-    written (:func:`agentgym.rollout.to_json_line`).
+    written (:func:`agentgym.rollouts.io.to_json_line`).
     """
 
     env_id: str  # e.g. "agentgym/Refund-v0" (the class name for an environment made without the registry)
@@ -217,8 +217,8 @@ class EpisodeRecord(RewardInfo):
 
 
 class ModelEpisodeRecord(EpisodeRecord):
-    """An episode a model played through :class:`agentgym.runner.RolloutRunner`
-    (:attr:`agentgym.runner.Episode.record`): the episode record, ``policy`` always set (the
+    """An episode a model played through :class:`agentgym.rollouts.runner.RolloutRunner`
+    (:attr:`agentgym.rollouts.runner.Episode.record`): the episode record, ``policy`` always set (the
     backend's name), and the runner's own fields."""
 
     group: int  # the task group (episodes of a group share a task)
@@ -239,7 +239,7 @@ class TurnToolCall(TypedDict):
 
 
 class TurnRecord(TypedDict):
-    """One sampled turn of a model episode (:attr:`agentgym.runner.Episode.turns`), in memory
+    """One sampled turn of a model episode (:attr:`agentgym.rollouts.runner.Episode.turns`), in memory
     (token ids are tuples; not written by ``agentgym eval``)."""
 
     turn: int  # 0-based
@@ -260,7 +260,7 @@ class TurnRecord(TypedDict):
 
 
 class SegmentDict(TypedDict):
-    """One :class:`agentgym.models.trajectory.Segment` in a :class:`TrajectoryDict`."""
+    """One :class:`agentgym.rollouts.trajectory.Segment` in a :class:`TrajectoryDict`."""
 
     kind: SegmentKind
     start: int  # offset of the first token in the trajectory
@@ -278,7 +278,7 @@ class TrajectoryDict(TypedDict):
 
 
 class TrajectoryRecord(ModelEpisodeRecord):
-    """A line of ``agentgym eval --out`` (:meth:`agentgym.runner.Episode.to_dict`): the model episode
+    """A line of ``agentgym eval --out`` (:meth:`agentgym.rollouts.runner.Episode.to_dict`): the model episode
     record with its trajectory, which ``agentgym inspect`` shows."""
 
     trajectory: TrajectoryDict

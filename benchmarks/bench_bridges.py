@@ -87,7 +87,8 @@ def bench_proxy(requests: int, max_tokens: int) -> None:
 
     from agentgym.bridges.asgi import serve_in_thread
     from agentgym.bridges.proxy import ChatProxy
-    from agentgym.models import ChatRenderer, HFBackend, SamplingParams, load_model
+    from agentgym.models import HFBackend, SamplingParams, load_model
+    from agentgym.rollouts.chat import ChatRenderer
 
     torch.set_num_threads(1)
     model, tokenizer = load_model(device="cpu")

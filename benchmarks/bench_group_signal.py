@@ -27,14 +27,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentgym.envs.knowledge.base import FAULT_MESSAGE
-from agentgym.evaluation import wilson_interval
 from agentgym.records import TurnRecord
-from agentgym.rollout import final_info
+from agentgym.rollouts.evaluation import wilson_interval
+from agentgym.rollouts.scripted import final_info
 from agentgym.trainers.config import config_from_dict
 from agentgym.trainers.experiment import load_experiment
 
 if TYPE_CHECKING:
-    from agentgym.runner import RolloutConfig
+    from agentgym.rollouts.runner import RolloutConfig
 
 
 def main() -> None:
@@ -53,7 +53,7 @@ def main() -> None:
 
     from agentgym.models import load_model
     from agentgym.models.hf import HFBackend
-    from agentgym.runner import RolloutRunner
+    from agentgym.rollouts.runner import RolloutRunner
 
     torch.set_num_threads(args.threads)
     episodes_config = training_episodes(args.experiment, args.tasks, args.groups, seed=args.seed, env_kwargs=args.env_kwargs)

@@ -38,9 +38,10 @@ import gymnasium as gym
 import torch
 
 import agentgym  # noqa: F401 - registers the environments
-from agentgym.models import ChatRenderer, load_model
-from agentgym.rollout import make_policy, run_episode
-from agentgym.runner import Episode
+from agentgym.models import load_model
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.runner import Episode
+from agentgym.rollouts.scripted import make_policy, run_episode
 from agentgym.trainers.config import GRPOSection, OptimSection
 from agentgym.trainers.modeling import Reference, make_optimizer
 from agentgym.trainers.sft import record_to_trajectory

@@ -127,7 +127,7 @@ def play(folder: str | None, episodes: int) -> None:
         join(folder)
     from agentgym import InfraError
     from agentgym.envs import make_env
-    from agentgym.rollout import make_policy, run_episode
+    from agentgym.rollouts.scripted import make_policy, run_episode
 
     env = make_env("agentgym/CodeExec-v0", split="test", backend="local")
     tasks = env.unwrapped.task_ids

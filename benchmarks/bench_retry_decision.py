@@ -39,7 +39,7 @@ def main() -> None:
 
     from agentgym.models import load_model
     from agentgym.models.hf import HFBackend
-    from agentgym.runner import RolloutRunner
+    from agentgym.rollouts.runner import RolloutRunner
 
     torch.set_num_threads(args.threads)
     base = training_episodes(args.experiment, args.tasks, args.groups, seed=1000)

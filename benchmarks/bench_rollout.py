@@ -1,6 +1,6 @@
 """Rollout throughput with a real model: key/value reuse and continuous batching against prefilling from scratch.
 
-Plays the same episodes (same tasks, seeds and budgets) with :class:`agentgym.runner.RolloutRunner`
+Plays the same episodes (same tasks, seeds and budgets) with :class:`agentgym.rollouts.runner.RolloutRunner`
 and the local transformers backend in two modes:
 
 * ``no-cache``: ``HFBackend(reuse_cache=False)``, the path before key/value reuse: every round
@@ -42,7 +42,7 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
 
     from agentgym.models import load_model
     from agentgym.models.hf import HFBackend
-    from agentgym.runner import RolloutConfig, RolloutRunner
+    from agentgym.rollouts.runner import RolloutConfig, RolloutRunner
 
     if args.threads is not None:
         torch.set_num_threads(args.threads)

@@ -22,7 +22,7 @@ import threading
 import time
 
 from agentgym.envs.mock_api.env import MockApiEnv
-from agentgym.rollout import make_policy, run_episode
+from agentgym.rollouts.scripted import make_policy, run_episode
 
 
 def sample() -> dict[str, float]:

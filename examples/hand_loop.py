@@ -21,8 +21,10 @@ import gymnasium as gym
 import torch
 
 import agentgym  # noqa: F401 - registers the environments
-from agentgym.models import ChatRenderer, HFBackend, collate, load_model
-from agentgym.runner import RolloutConfig, run_rollouts
+from agentgym.models import HFBackend, load_model
+from agentgym.rollouts.batching import collate
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.trainers.grpo import group_advantages, masked_grpo_loss
 from agentgym.trainers.modeling import TensorBatch, token_logprobs
 

@@ -22,7 +22,7 @@ from mcp import Client, StdioServerParameters
 from agentgym.bridges.mcp_server import CONTROL_META, MESSAGE_TOOL, RESET_TOOL, REWARD_TOOL, STEP_META
 from agentgym.envs import make_env
 from agentgym.parsing import parse_action
-from agentgym.rollout import make_policy, run_episode
+from agentgym.rollouts.scripted import make_policy, run_episode
 
 ENV_ID = "agentgym/ToolMath-v0"
 SEED = 7

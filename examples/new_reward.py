@@ -25,7 +25,7 @@ from typing import Any
 import gymnasium as gym
 
 import agentgym  # noqa: F401 - registers the environments
-from agentgym.validation import validate
+from agentgym.offline.validation import validate
 from agentgym.verifiers import RewardResult, normalized_match, numeric_match, tool_calls_of
 
 LABELS = Path(__file__).resolve().parent.parent / "tasks" / "knowledge" / "sql" / "labelled.jsonl"

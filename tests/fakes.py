@@ -11,8 +11,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from agentgym.models import ChatRenderer, Generation, SamplingParams
-from agentgym.rollout import assistant_turns, make_policy, run_episode
+from agentgym.models import Generation, SamplingParams
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.scripted import assistant_turns, make_policy, run_episode
 
 Responder = Callable[[dict[str, Any]], tuple[int, dict[str, Any]]]
 

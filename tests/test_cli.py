@@ -55,8 +55,8 @@ def test_parquet_holds_the_json_lines_as_nested_columns(tmp_path, environment):
     datasets = pytest.importorskip("datasets")
     pd = pytest.importorskip("pandas")
     pq = pytest.importorskip("pyarrow.parquet")
-    from agentgym.parquet import read_parquet
-    from agentgym.rollout import read_jsonl
+    from agentgym.rollouts.io import read_jsonl
+    from agentgym.rollouts.parquet import read_parquet
 
     lines, table = tmp_path / "t.jsonl", tmp_path / "t.parquet"
     for out in (lines, table):

@@ -8,7 +8,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 from agentgym.env import EpisodeOver
-from agentgym.rollout import make_policy, run_episode, to_json_line
+from agentgym.rollouts.io import to_json_line
+from agentgym.rollouts.scripted import make_policy, run_episode
 from agentgym.spaces import AssistantTurn, ChatMessages
 
 

@@ -16,7 +16,7 @@ from agentgym import records as R
 from agentgym.envs import docs, env_class
 from agentgym.parsing import format_tool_call
 from agentgym.policies import Script, ScriptedPolicy
-from agentgym.rollout import rollout
+from agentgym.rollouts.scripted import rollout
 from agentgym.verifiers import RewardResult
 
 ENV_ID = "agentgym-test/Shop-v0"

@@ -1,6 +1,6 @@
 """``agentgym eval`` and ``agentgym rollout`` keep each episode as it finishes: Ctrl-C leaves a valid
 partial file and a summary, and the same command resumes the run into the file an uninterrupted
-run writes (agentgym.episode_file)."""
+run writes (agentgym.rollouts.episode_file)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from fakes import OracleScript
 
 import agentgym  # noqa: F401 - registers the environments
 from agentgym.cli import main
-from agentgym.episode_file import EpisodeFile
-from agentgym.parquet import read_parquet
-from agentgym.rollout import read_jsonl
+from agentgym.rollouts.episode_file import EpisodeFile
+from agentgym.rollouts.io import read_jsonl
+from agentgym.rollouts.parquet import read_parquet
 
 
 def _interrupt_after(monkeypatch: pytest.MonkeyPatch, episodes: int) -> None:

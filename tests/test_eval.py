@@ -18,9 +18,9 @@ from fakes import OracleScript
 
 import agentgym  # noqa: F401 - registers the environments
 from agentgym.cli import main
-from agentgym.evaluation import eval_metrics, wilson_interval
-from agentgym.models import Segment, Trajectory
-from agentgym.runner import Episode
+from agentgym.rollouts.evaluation import eval_metrics, wilson_interval
+from agentgym.rollouts.runner import Episode
+from agentgym.rollouts.trajectory import Segment, Trajectory
 
 # ------------------------------------------------------------------------------------------ metrics
 

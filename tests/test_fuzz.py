@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from agentgym.envs import ENVIRONMENTS
 from agentgym.parsing import parse_action
-from agentgym.rollout import to_json_line
+from agentgym.rollouts.io import to_json_line
 
 # Text as a model or a Python caller can produce it, unpaired UTF-16 surrogates included.
 _any_text = st.text(st.characters(exclude_categories=()), max_size=20)

@@ -12,9 +12,9 @@ from fakes import SaysHello
 
 from agentgym import InfraError
 from agentgym.env import ToolEnv
-from agentgym.evaluation import eval_metrics, evaluate
 from agentgym.parsing import ParsedAction, format_tool_call
-from agentgym.runner import RolloutConfig, RolloutRunner, run_rollouts
+from agentgym.rollouts.evaluation import eval_metrics, evaluate
+from agentgym.rollouts.runner import RolloutConfig, RolloutRunner, run_rollouts
 from agentgym.tools import tool
 from agentgym.verifiers.result import RewardResult
 

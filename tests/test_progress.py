@@ -9,7 +9,7 @@ import time
 from rich.console import Console
 
 from agentgym.progress import ProgressReport
-from agentgym.runner import RolloutProgress
+from agentgym.rollouts.runner import RolloutProgress
 
 
 class Clock:

@@ -24,12 +24,14 @@ import agentgym
 from agentgym import records as R
 from agentgym.env import ToolEnv
 from agentgym.envs import ENVIRONMENTS, env_class
-from agentgym.labelling import to_openai_messages
-from agentgym.models import OpenAICompatibleBackend, Trajectory
+from agentgym.models import OpenAICompatibleBackend
+from agentgym.offline.labelling import to_openai_messages
 from agentgym.parsing import ParsedAction
 from agentgym.policies import ReplayPolicy
-from agentgym.rollout import assistant_turns, make_policy, read_records, rollout, run_episode, to_json_line, write_jsonl
-from agentgym.runner import Episode, RolloutConfig, run_rollouts
+from agentgym.rollouts.io import read_records, to_json_line, write_jsonl
+from agentgym.rollouts.runner import Episode, RolloutConfig, run_rollouts
+from agentgym.rollouts.scripted import assistant_turns, make_policy, rollout, run_episode
+from agentgym.rollouts.trajectory import Trajectory
 from agentgym.tools import tool
 from agentgym.verifiers.result import RewardResult
 

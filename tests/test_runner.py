@@ -19,11 +19,13 @@ import pytest
 from fakes import OracleScript
 
 import agentgym  # noqa: F401 - registers the environments
-from agentgym.models import ChatRenderer, Generation, OpenAICompatibleBackend, RenderCheck, SamplingParams, check_rendering
+from agentgym.models import Generation, OpenAICompatibleBackend, SamplingParams
 from agentgym.models.backend import decode_visible
 from agentgym.parsing import parse_action
-from agentgym.rollout import assistant_turns
-from agentgym.runner import Episode, RolloutConfig, RolloutProgress, RolloutRunner, run_rollouts, turn_seed
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.runner import Episode, RolloutConfig, RolloutProgress, RolloutRunner, run_rollouts, turn_seed
+from agentgym.rollouts.scripted import assistant_turns
+from agentgym.rollouts.trajectory import RenderCheck, check_rendering
 
 
 class Recording:

@@ -11,8 +11,8 @@ from fakes import SaysHello
 
 from agentgym.env import ToolEnv
 from agentgym.parsing import ParsedAction
-from agentgym.rollout import read_jsonl, write_jsonl
-from agentgym.runner import RolloutConfig, run_rollouts
+from agentgym.rollouts.io import read_jsonl, write_jsonl
+from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.tools import tool
 from agentgym.verifiers.result import RewardResult
 

@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union, cast, dataclass_tran
 import pydantic.dataclasses
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from agentgym.settings import RolloutSettings
+from agentgym.rollouts.settings import RolloutSettings
 from agentgym.trainers.grpo import DegenerateBy, LossAgg
 
 __all__ = [
@@ -224,13 +224,13 @@ def _section_type(annotation: Any) -> type | None:
 
 @config_dataclass(kw_only=True)
 class RolloutSection(RolloutSettings):
-    """How training rollouts are collected: every field of :class:`agentgym.settings.RolloutSettings`,
+    """How training rollouts are collected: every field of :class:`agentgym.rollouts.settings.RolloutSettings`,
     inherited (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature`` — also
     applied to the logits the loss sees — ``error_temperature``, ``top_p``, ``template_kwargs``,
     ``tool_mode``; a setting added there is an option here), plus what to roll out, with the
     trainer's own defaults and bounds. ``RolloutSettings`` checks its own budgets and sampling
     values; :func:`agentgym.trainers.trainer.rollout_config` passes every field this section
-    shares with :class:`agentgym.runner.RolloutConfig` on by name.
+    shares with :class:`agentgym.rollouts.runner.RolloutConfig` on by name.
 
     Attributes:
         temperature: sampling temperature; above 0, since GRPO compares the samples of a group
@@ -245,7 +245,7 @@ class RolloutSection(RolloutSettings):
         env_kwargs: extra keyword arguments for ``gym.make``.
         env_workers: threads stepping environments in parallel.
         distinct_env_seeds: every episode of a group gets its own environment seed (see
-            :class:`agentgym.runner.RolloutConfig`).
+            :class:`agentgym.rollouts.runner.RolloutConfig`).
     """
 
     temperature: Annotated[float, Field(gt=0)] = 1.0

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from agentgym.runner import Episode
+from agentgym.rollouts.runner import Episode
 from agentgym.trainers.grpo import step_advantages, terminal_returns
 
 __all__ = ["anchor_keys", "token_advantages"]

@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, get_args
 
-from agentgym.episode import StopReason
+from agentgym.rollouts.episode import StopReason
 
 if TYPE_CHECKING:
-    from agentgym.runner import Episode
+    from agentgym.rollouts.runner import Episode
 
 __all__ = ["MetricsLogger", "WarningMonitor", "eval_summary", "plot_metrics", "read_metrics", "rollout_metrics", "save_plot"]
 

@@ -31,8 +31,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeGuard, cast, overload
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from agentgym.models import DEFAULT_MODEL, TokenBatch, load_model
+from agentgym.models import DEFAULT_MODEL, load_model
 from agentgym.models.engine import cache_keyword
+from agentgym.rollouts.batching import TokenBatch
 from agentgym.trainers.memory import MappedFile, optimizer_state_folder, return_freed_memory
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import torch
 
-from agentgym.runner import Episode
+from agentgym.rollouts.runner import Episode
 from agentgym.trainers.grpo import DegenerateBy, filter_degenerate_groups, intact_groups
 
 __all__ = ["dynamic_sample", "learnable_groups", "outcome_signal"]

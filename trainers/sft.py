@@ -24,10 +24,14 @@ from typing import Any
 import torch
 
 from agentgym.envs.registration import make_env
-from agentgym.models import ChatRenderer, Generation, Trajectory, TrajectoryBuilder, collate
+from agentgym.models import Generation
 from agentgym.parsing import format_tool_call
 from agentgym.records import EpisodeRecord
-from agentgym.rollout import make_policy, read_records, run_episode
+from agentgym.rollouts.batching import collate
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.io import read_records
+from agentgym.rollouts.scripted import make_policy, run_episode
+from agentgym.rollouts.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.seeding import stream_rng
 from agentgym.trainers.config import SFTSection
 from agentgym.trainers.modeling import TensorBatch, TrainerError, backward_by_row, clip_and_step

@@ -43,13 +43,15 @@ import numpy as np
 import torch
 
 from agentgym.env import check_task_ids
-from agentgym.models import DEFAULT_MODEL, ChatRenderer, collate
+from agentgym.models import DEFAULT_MODEL
 from agentgym.models.loading import resolve_device
 from agentgym.progress import ProgressReport
 from agentgym.records import EpisodeRecord
-from agentgym.runner import Episode, RolloutConfig, run_rollouts
+from agentgym.rollouts.batching import collate
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.runner import Episode, RolloutConfig, run_rollouts
+from agentgym.rollouts.settings import settings_of
 from agentgym.seeding import derive_seed, stream_rng
-from agentgym.settings import settings_of
 from agentgym.trainers.checkpoint import folder_bytes, latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
 from agentgym.trainers.credit import token_advantages
@@ -395,7 +397,7 @@ def grpo_update(
     """The GRPO update on one rollout batch: advantages, then ``g.epochs`` passes of mini-batch steps.
 
     ``episodes`` are ordered by group (``group_size`` consecutive episodes share a task), as
-    :func:`agentgym.runner.run_rollouts` returns them. A group with an episode the machinery failed
+    :func:`agentgym.rollouts.runner.run_rollouts` returns them. A group with an episode the machinery failed
     under (``stop_reason == "infra_error"``) is left out whole (:func:`intact_groups`).
 
     Returns:
@@ -597,7 +599,7 @@ def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, e
 
     Every field the ``rollout`` section shares with :class:`RolloutConfig` (all the rollout
     settings, the split, group size and environment options) is taken by name, so a setting added
-    to :class:`agentgym.settings.RolloutSettings` reaches the rollouts with no edit here.
+    to :class:`agentgym.rollouts.settings.RolloutSettings` reaches the rollouts with no edit here.
     """
     r, e = config.rollout, config.eval
     played: dict[str, Any] = {"env_id": config.env_id, "task_ids": tuple(task_ids), "seed": seed, "env_kwargs": dict(r.env_kwargs)}

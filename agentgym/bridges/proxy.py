@@ -7,7 +7,7 @@ episode, in the ``X-Episode-Id`` header or the body's ``metadata.episode_id``; t
 the conversation with the model's chat template exactly as the rollout runner does and records,
 per episode, each request's prompt token ids, sampled token ids and their logprobs
 (:mod:`agentgym.bridges.recording`). The recorded episode becomes the runner's
-:class:`~agentgym.runner.Episode` (the trainer's input) with the runner's loss mask, built from the
+:class:`~agentgym.rollouts.runner.Episode` (the trainer's input) with the runner's loss mask, built from the
 recorded ids and never from re-tokenised text.
 
 Supported: ``messages`` (system, user, assistant with ``tool_calls``, tool), ``tools`` (function
@@ -37,7 +37,7 @@ from typing import Any
 
 from agentgym.bridges.recording import ConversationMismatch, RecordedEpisode
 from agentgym.models.backend import Generation, GenerationBackend, SamplingParams, as_streaming
-from agentgym.models.chat import ChatRenderer, ToolMode
+from agentgym.rollouts.chat import ChatRenderer, ToolMode
 from agentgym.seeding import derive_seed
 
 __all__ = ["EPISODE_HEADER", "ChatProxy", "GenerationWorker", "ProxyError"]
@@ -141,7 +141,7 @@ class ChatProxy:
         keep_ended: keep ended episodes in :attr:`episodes` (for Python callers); ``agentgym proxy``
             drops them once written to ``out``, so a long-running proxy holds only open episodes.
         tool_mode, template_kwargs: how tools and the chat template are rendered (as
-            :class:`~agentgym.episode.RolloutSettings`; keep the runner's to get its token ids).
+            :class:`~agentgym.rollouts.episode.RolloutSettings`; keep the runner's to get its token ids).
     """
 
     def __init__(

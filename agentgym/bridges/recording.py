@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from agentgym.models.backend import Generation
-from agentgym.models.chat import ChatRenderer
-from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.parsing import parse_action
 from agentgym.records import ChatMessage, ModelEpisodeRecord, StepInfo, StopReason, TurnRecord
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.trajectory import Trajectory, TrajectoryBuilder
 
 __all__ = ["Choice", "ConversationMismatch", "RecordedEpisode", "RecordedRequest", "normalize_message"]
 
@@ -222,7 +222,7 @@ class RecordedEpisode:
         return self._builder.build()
 
     def to_episode(self, reward: float, *, record: Mapping[str, Any] | None = None, group: int = 0, member: int = 0, stop_reason: StopReason = "done") -> Any:
-        """The ended episode as the rollout runner's :class:`~agentgym.runner.Episode`, for the trainer.
+        """The ended episode as the rollout runner's :class:`~agentgym.rollouts.runner.Episode`, for the trainer.
 
         Args:
             reward: the episode's reward (the harness knows it: the environment's, or a verifier's).
@@ -230,7 +230,7 @@ class RecordedEpisode:
             group, member: its place in a GRPO batch.
             stop_reason: how it ended.
         """
-        from agentgym.runner import Episode
+        from agentgym.rollouts.runner import Episode
 
         if not self.ended:
             raise RuntimeError(f"episode {self.episode_id!r} has not ended: call end() first")

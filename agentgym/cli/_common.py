@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentgym.settings import RolloutConfig, bound_problem
+from agentgym.rollouts.settings import RolloutConfig, bound_problem
 
 if TYPE_CHECKING:
     from agentgym.env import MadeEnv
@@ -72,7 +72,7 @@ def env_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def settings_arguments(p: argparse.ArgumentParser, cls: Any, **changes: Mapping[str, Any]) -> None:
-    """One option per field of the settings dataclass ``cls`` (:mod:`agentgym.settings`), in field
+    """One option per field of the settings dataclass ``cls`` (:mod:`agentgym.rollouts.settings`), in field
     order, as :func:`setting_argument` makes it; ``changes`` maps a field name to its keyword arguments."""
     for field in dataclasses.fields(cls):
         setting_argument(p, cls, field.name, **changes.get(field.name, {}))

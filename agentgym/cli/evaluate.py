@@ -13,10 +13,10 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agentgym.cli._common import CLIError, make, model_backend, non_negative_int, positive_int, quiet_argument, setting_argument, settings_arguments
-from agentgym.settings import RolloutConfig, RolloutSettings, settings_of
+from agentgym.rollouts.settings import RolloutConfig, RolloutSettings, settings_of
 
 if TYPE_CHECKING:
-    from agentgym.runner import Episode
+    from agentgym.rollouts.runner import Episode
 
 __all__ = ["add_parser", "rollout_config", "run"]
 
@@ -53,11 +53,11 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from agentgym.episode_file import EpisodeFile
-    from agentgym.evaluation import evaluate, print_report
     from agentgym.models import DEFAULT_MODEL, BackendError, ModelLoadError
     from agentgym.progress import ProgressReport
-    from agentgym.runner import Episode
+    from agentgym.rollouts.episode_file import EpisodeFile
+    from agentgym.rollouts.evaluation import evaluate, print_report
+    from agentgym.rollouts.runner import Episode
 
     config = rollout_config(args)  # validates the values before anything is loaded
     env = make(args)  # validates the id and kwargs before the model is loaded
@@ -133,7 +133,7 @@ def _report_interrupted(finished: list[Episode], config: RolloutConfig, args: ar
     """After Ctrl-C: what finished, and where it is kept."""
     from rich.console import Console
 
-    from agentgym.evaluation import eval_metrics, print_report
+    from agentgym.rollouts.evaluation import eval_metrics, print_report
 
     console = Console(stderr=True)
     kept = f"; they are in {args.out}, and the same command resumes the run" if args.out else "; with --out they would have been kept"

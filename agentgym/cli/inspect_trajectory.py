@@ -24,8 +24,10 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from agentgym.models import ModelLoadError, Trajectory, load_tokenizer, render_html, render_rich
-    from agentgym.rollout import read_jsonl
+    from agentgym.models import ModelLoadError, load_tokenizer
+    from agentgym.offline.inspection import render_html, render_rich
+    from agentgym.rollouts.io import read_jsonl
+    from agentgym.rollouts.trajectory import Trajectory
 
     lines = read_jsonl(args.file)
     if not lines:

@@ -27,9 +27,9 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from agentgym.episode_file import EpisodeFile
     from agentgym.progress import ProgressReport
-    from agentgym.rollout import make_policy, rollout, summarize
+    from agentgym.rollouts.episode_file import EpisodeFile
+    from agentgym.rollouts.scripted import make_policy, rollout, summarize
 
     env = make(args)  # validates the id, kwargs and policy before the output file is touched
     make_policy(env, args.policy, args.seed)

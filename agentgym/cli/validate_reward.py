@@ -23,9 +23,9 @@ def add_parser(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from agentgym.offline.validation import env_reward, load_reward, validate
     from agentgym.records import LabelledRecord
-    from agentgym.rollout import read_jsonl
-    from agentgym.validation import env_reward, load_reward, validate
+    from agentgym.rollouts.io import read_jsonl
 
     reward = load_reward(args.reward) if args.reward else env_reward
     records = cast("list[LabelledRecord]", read_jsonl(args.labels))  # JSON lines; validate() checks every label

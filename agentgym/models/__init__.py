@@ -1,4 +1,8 @@
-"""Policies for agentgym: model loading, generation backends, token-exact trajectories and masks.
+"""Generation backends for agentgym: model loading and the engines that sample tokens.
+
+The token-exact trajectories, chat rendering and batching they feed moved to
+:mod:`agentgym.rollouts` (``agentgym.models.ChatRenderer`` and the other moved names still resolve,
+with a DeprecationWarning, for one version).
 
 Typical episode loop (the rollout runner does this for many episodes at once)::
 
@@ -19,16 +23,14 @@ Typical episode loop (the rollout runner does this for many episodes at once)::
 
 from __future__ import annotations
 
+import importlib
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from agentgym.models.backend import BackendError, FinishReason, Generation, GenerationBackend, SamplingParams
-from agentgym.models.batching import TokenBatch, collate
-from agentgym.models.chat import ChatRenderer, TemplateError, normalize_tool_schema, tool_system_prompt
 from agentgym.models.factory import create_backend
-from agentgym.models.inspection import render_html, render_rich
 from agentgym.models.loading import DEFAULT_MODEL, ModelLoadError, load_model, load_tokenizer, resolve_model_path
 from agentgym.models.openai_compat import OpenAICompatibleBackend
-from agentgym.models.trajectory import RenderCheck, Segment, Trajectory, TrajectoryBuilder, check_rendering
 from agentgym.models.vllm_engine import VLLMBackend
 
 if TYPE_CHECKING:
@@ -37,32 +39,42 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MODEL",
     "BackendError",
-    "ChatRenderer",
     "FinishReason",
     "Generation",
     "GenerationBackend",
     "HFBackend",
     "ModelLoadError",
     "OpenAICompatibleBackend",
-    "RenderCheck",
     "SamplingParams",
-    "Segment",
-    "TemplateError",
-    "TokenBatch",
-    "Trajectory",
-    "TrajectoryBuilder",
     "VLLMBackend",
-    "check_rendering",
-    "collate",
     "create_backend",
     "load_model",
     "load_tokenizer",
-    "normalize_tool_schema",
-    "render_html",
-    "render_rich",
     "resolve_model_path",
-    "tool_system_prompt",
 ]
+
+
+MOVED = {
+    **dict.fromkeys(
+        [
+            "ChatRenderer",
+            "RenderCheck",
+            "Segment",
+            "TemplateError",
+            "TokenBatch",
+            "Trajectory",
+            "TrajectoryBuilder",
+            "check_rendering",
+            "collate",
+            "normalize_tool_schema",
+            "tool_system_prompt",
+        ],
+        "agentgym.rollouts",
+    ),
+    "render_html": "agentgym.offline",
+    "render_rich": "agentgym.offline",
+}
+"""Names this package exported before the trajectory code moved out of it: name -> its package now."""
 
 
 def __getattr__(name: str) -> Any:
@@ -70,4 +82,9 @@ def __getattr__(name: str) -> Any:
         from agentgym.models.hf import HFBackend
 
         return HFBackend
+    if name in MOVED:
+        warnings.warn(
+            f"agentgym.models.{name} is deprecated: import it from {MOVED[name]} (the old path goes in the next release)", DeprecationWarning, stacklevel=2
+        )
+        return getattr(importlib.import_module(MOVED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,7 @@
 """The interface every policy backend implements: token ids in, sampled token ids and logprobs out.
 
 Backends never see chat messages. The caller renders the conversation to token ids (see
-:mod:`agentgym.models.chat`) and keeps the sampled ids verbatim, so nothing is re-tokenised between
+:mod:`agentgym.rollouts.chat`) and keeps the sampled ids verbatim, so nothing is re-tokenised between
 turns.
 
 Two ways to call a backend:

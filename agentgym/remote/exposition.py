@@ -1,5 +1,5 @@
-"""The environment server's :class:`~agentgym.remote.server.Metrics` in the Prometheus text
-exposition format (version 0.0.4), what ``GET /metrics`` answers unless JSON is asked for.
+"""The environment server's metrics (:class:`Metrics`) and their Prometheus text exposition
+format (version 0.0.4), what ``GET /metrics`` answers unless JSON is asked for.
 
 Names follow Prometheus' conventions: an ``agentgym_`` prefix, base units (seconds), ``_total``
 on counters. Written by hand (a dozen lines of a stable format), so the server needs no client
@@ -8,14 +8,40 @@ library; the tests parse it with ``prometheus_client``'s own parser.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-if TYPE_CHECKING:
-    from agentgym.remote.server import Metrics
-
-__all__ = ["CONTENT_TYPE", "exposition"]
+__all__ = ["CONTENT_TYPE", "Metrics", "exposition"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """What ``GET /metrics`` reports: in the Prometheus text format (:mod:`agentgym.remote.exposition`),
+    or as these fields in JSON with ``?format=json`` or ``Accept: application/json``.
+
+    Attributes:
+        sessions: sessions open now.
+        sessions_total: sessions opened since the server started.
+        steps_total: ``step`` requests answered.
+        steps_per_s: steps answered per second over the last 10 s.
+        step_p50_ms, step_p99_ms: server-side latency of ``step`` (the environment's own time,
+            over the last 4,096 steps).
+        queue_depth: environment calls waiting for or running on the worker threads; above
+            ``workers`` means sessions wait (a CodeExec server's sandbox queue).
+        workers: worker threads for environment calls.
+        uptime_s: seconds since the server started.
+    """
+
+    sessions: int
+    sessions_total: int
+    steps_total: int
+    steps_per_s: float
+    step_p50_ms: float
+    step_p99_ms: float
+    queue_depth: int
+    workers: int
+    uptime_s: float
 
 
 def exposition(metrics: Metrics) -> str:

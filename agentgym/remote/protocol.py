@@ -25,7 +25,7 @@ A request that fails gets ``{"error": {"type": NAME, "message": TEXT}}`` and the
 :data:`ERROR_TYPES`; the client raises the matching exception.
 
 Plain HTTP ``GET`` on the same port: ``/healthz`` (``{"ok": true, ...}``) and ``/metrics``
-(:class:`agentgym.remote.server.Metrics` as JSON).
+(:class:`agentgym.remote.exposition.Metrics` as JSON).
 """
 
 from __future__ import annotations

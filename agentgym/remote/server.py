@@ -33,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from http import HTTPStatus
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,7 +45,7 @@ from websockets.http11 import Request, Response
 
 from agentgym.remote.arguments import ClientArguments
 from agentgym.remote.exposition import CONTENT_TYPE as EXPOSITION_CONTENT_TYPE
-from agentgym.remote.exposition import exposition
+from agentgym.remote.exposition import Metrics, exposition
 from agentgym.remote.protocol import MAX_MESSAGE_BYTES, OPS, PROTOCOL, ProtocolError, dumps, loads
 from agentgym.remote.session import CLIENT_ENV_IDS, ServerFull, answer, environment_for, error_reply, hello
 
@@ -56,35 +56,6 @@ __all__ = ["EnvServer", "Metrics"]
 _log = logging.getLogger("agentgym.remote")
 _LATENCY_WINDOW = 4096  # step latencies kept for the percentiles
 _RATE_WINDOW_S = 10.0  # steps/s is measured over this many recent seconds
-
-
-@dataclass(frozen=True)
-class Metrics:
-    """What ``GET /metrics`` reports: in the Prometheus text format (:mod:`agentgym.remote.exposition`),
-    or as these fields in JSON with ``?format=json`` or ``Accept: application/json``.
-
-    Attributes:
-        sessions: sessions open now.
-        sessions_total: sessions opened since the server started.
-        steps_total: ``step`` requests answered.
-        steps_per_s: steps answered per second over the last 10 s.
-        step_p50_ms, step_p99_ms: server-side latency of ``step`` (the environment's own time,
-            over the last 4,096 steps).
-        queue_depth: environment calls waiting for or running on the worker threads; above
-            ``workers`` means sessions wait (a CodeExec server's sandbox queue).
-        workers: worker threads for environment calls.
-        uptime_s: seconds since the server started.
-    """
-
-    sessions: int
-    sessions_total: int
-    steps_total: int
-    steps_per_s: float
-    step_p50_ms: float
-    step_p99_ms: float
-    queue_depth: int
-    workers: int
-    uptime_s: float
 
 
 _servers = itertools.count(1)

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from agentgym.envs.tau_retail.users import STOP, Progress
-from agentgym.models import DEFAULT_MODEL, ChatRenderer, GenerationBackend, SamplingParams, create_backend
+from agentgym.models import DEFAULT_MODEL, GenerationBackend, SamplingParams, create_backend
+from agentgym.rollouts.chat import ChatRenderer
 
 __all__ = ["FALLBACK", "GREETING", "CustomerModel", "LLMCustomer", "LLMUser", "ResponseCache", "customer_system_prompt", "file_cache", "shared_model"]
 

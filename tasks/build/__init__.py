@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from agentgym.records import LabelledRecord
-from agentgym.rollout import write_jsonl
+from agentgym.rollouts.io import write_jsonl
 
 __all__ = ["BUILDERS", "SPLIT_SHARES", "TASKS", "build", "folder_parser", "labelled_writer", "run", "split_seeded", "stale", "write_labelled", "write_splits"]
 
@@ -110,7 +110,7 @@ def write_splits(folder: str | Path, splits: dict[str, list[dict[str, Any]]]) ->
 
 
 def write_labelled(folder: str | Path, records: Iterable[LabelledRecord]) -> list[Path]:
-    """Write labelled records to ``folder/labelled.jsonl`` (:func:`agentgym.rollout.write_jsonl`); returns the path."""
+    """Write labelled records to ``folder/labelled.jsonl`` (:func:`agentgym.rollouts.io.write_jsonl`); returns the path."""
     path = Path(folder) / "labelled.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     write_jsonl(path, records)

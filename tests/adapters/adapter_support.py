@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-from agentgym.rollout import assistant_turns, make_policy, run_episode
+from agentgym.rollouts.scripted import assistant_turns, make_policy, run_episode
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.spec import EpisodeSpec
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from adapter_support import REFUND, ScriptedEngine, oracle_turns, rendered_conversation
 
-from agentgym.episode import RolloutSettings, TokenEpisode
+from agentgym.rollouts.episode import RolloutSettings, TokenEpisode
 from agentgym.trainers.adapters.export import export_rows
 from agentgym.trainers.adapters.pool import EnvPool
 from agentgym.trainers.adapters.spec import EpisodeSpec

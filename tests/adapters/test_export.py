@@ -124,7 +124,7 @@ def test_paths_for_launch_commands(tmp_path: Path, capsys: pytest.CaptureFixture
 
 def test_core_and_framework_free_modules_import_no_trainer() -> None:
     code = (
-        "import sys, agentgym, agentgym.trainers.adapters.export, agentgym.episode, "
+        "import sys, agentgym, agentgym.trainers.adapters.export, agentgym.rollouts.episode, "
         "agentgym.trainers.adapters.trl, agentgym.trainers.adapters.pool, agentgym.trainers.adapters.__main__\n"
         "print(sorted(m for m in ('verl', 'openrlhf', 'trl', 'ray', 'vllm') if m in sys.modules))"
     )

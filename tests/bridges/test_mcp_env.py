@@ -88,7 +88,7 @@ def test_http_server_passes_the_checker_and_runs_under_the_rollout_runner(atlas_
         env.close()
 
     from agentgym.models import HFBackend, load_model
-    from agentgym.runner import RolloutConfig, run_rollouts
+    from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 
     backend = HFBackend(*load_model(str(tiny_model_dir), device="cpu", dtype="float32"))
 

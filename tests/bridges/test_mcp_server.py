@@ -21,7 +21,7 @@ from agentgym.bridges.mcp_server import CONTROL_META, MESSAGE_TOOL, RESET_TOOL, 
 from agentgym.cli import main
 from agentgym.envs import make_env
 from agentgym.parsing import parse_action
-from agentgym.rollout import make_policy, run_episode
+from agentgym.rollouts.scripted import make_policy, run_episode
 
 KWARGS = {"max_turns": 100}  # one MCP call is one turn; the oracles' multi-call turns need more
 Step = tuple[str, dict[str, Any]]

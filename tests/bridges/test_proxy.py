@@ -20,7 +20,7 @@ from agentgym.bridges.asgi import serve_in_thread
 from agentgym.bridges.proxy import ChatProxy
 from agentgym.models import load_model
 from agentgym.models.hf import HFBackend
-from agentgym.runner import RolloutConfig, run_rollouts
+from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.trainers.config import GRPOSection
 from agentgym.trainers.trainer import grpo_update
 

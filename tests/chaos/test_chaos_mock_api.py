@@ -13,7 +13,7 @@ import pytest
 from agentgym import InfraError
 from agentgym.envs.mock_api.server import _POOL, THREAD_PREFIX, server_status
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, run_episode
+from agentgym.rollouts.scripted import make_policy, run_episode
 
 
 def crash(server) -> None:

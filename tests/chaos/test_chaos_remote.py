@@ -11,8 +11,8 @@ import pytest
 from fakes import OracleScript
 
 from agentgym.remote import EnvServer, RemoteEnvError, SessionLost
-from agentgym.rollout import make_policy, run_episode
-from agentgym.runner import RolloutConfig, RolloutRunner
+from agentgym.rollouts.runner import RolloutConfig, RolloutRunner
+from agentgym.rollouts.scripted import make_policy, run_episode
 
 pytest.importorskip("websockets")
 

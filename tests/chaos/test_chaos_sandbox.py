@@ -17,8 +17,8 @@ from processes import alive, children_of
 from agentgym import InfraError
 from agentgym.envs import make_env
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, run_episode
-from agentgym.runner import RolloutConfig, RolloutRunner
+from agentgym.rollouts.runner import RolloutConfig, RolloutRunner
+from agentgym.rollouts.scripted import make_policy, run_episode
 from agentgym.sandbox import Limits, Sandbox, SandboxLost
 from agentgym.sandbox import local as local_module
 from agentgym.sandbox.grading import Grader

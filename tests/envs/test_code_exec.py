@@ -9,7 +9,8 @@ import pytest
 
 from agentgym.envs.code_exec.loaders import grading_spec, load_tasks
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, run_episode, to_json_line
+from agentgym.rollouts.io import to_json_line
+from agentgym.rollouts.scripted import make_policy, run_episode
 from agentgym.sandbox import Limits, SandboxUnavailable, get_backend
 from agentgym.sandbox._harness import decode
 from agentgym.sandbox.grading import Grader

@@ -14,7 +14,8 @@ from agentgym.envs.knowledge.searchqa_env import SearchQAEnv
 from agentgym.envs.knowledge.sql_env import SQLEnv
 from agentgym.envs.knowledge.toolmath_env import ToolMathEnv
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import run_episode, summarize, to_json_line
+from agentgym.rollouts.io import to_json_line
+from agentgym.rollouts.scripted import run_episode, summarize
 from agentgym.tasks.build.knowledge.searchqa import DIFFICULTY_HOPS
 
 ENVS = {"sql": SQLEnv, "searchqa": SearchQAEnv, "toolmath": ToolMathEnv}

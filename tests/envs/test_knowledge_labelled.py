@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from agentgym.offline.validation import env_reward
 from agentgym.tasks.build.knowledge import labelled
-from agentgym.validation import env_reward
 
 FAMILIES = sorted(labelled.SETS)
 

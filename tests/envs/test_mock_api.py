@@ -10,7 +10,8 @@ import pytest
 from agentgym.envs.mock_api.env import MockApiEnv
 from agentgym.envs.mock_api.faults import FAULT_KINDS
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, run_episode, summarize, to_json_line
+from agentgym.rollouts.io import to_json_line
+from agentgym.rollouts.scripted import make_policy, run_episode, summarize
 from agentgym.tasks.build.mock_api.tasks import TEMPLATES
 
 SPLITS = ("train", "val", "test")

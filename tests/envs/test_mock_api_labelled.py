@@ -6,7 +6,7 @@ from importlib import resources
 from pathlib import Path
 
 from agentgym.envs import ENVIRONMENTS
-from agentgym.validation import env_reward
+from agentgym.offline.validation import env_reward
 
 ENV_ID = "agentgym/MockAPI-v0"
 SHIPPED = Path(str(resources.files("agentgym.tasks"))) / "mock_api" / "labelled.jsonl"

@@ -14,7 +14,8 @@ import pytest
 
 from agentgym.envs.mock_api.env import MockApiEnv
 from agentgym.envs.mock_api.server import THREAD_PREFIX, acquire_server, server_status
-from agentgym.rollout import make_policy, run_episode, to_json_line
+from agentgym.rollouts.io import to_json_line
+from agentgym.rollouts.scripted import make_policy, run_episode
 
 
 def _server_threads():

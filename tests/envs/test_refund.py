@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, rollout, run_episode, summarize
+from agentgym.rollouts.scripted import make_policy, rollout, run_episode, summarize
 
 ENV_ID = "agentgym/Refund-v0"
 

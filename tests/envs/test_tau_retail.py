@@ -18,7 +18,8 @@ from agentgym.envs.tau_retail.env import STRICT_MAX_MESSAGE_CHARS, TauRetailEnv,
 from agentgym.envs.tau_retail.tools import TERMINATE_TOOLS, RetailTools, calculate_expression
 from agentgym.envs.tau_retail.users import STOP
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, run_episode, to_json_line
+from agentgym.rollouts.io import to_json_line
+from agentgym.rollouts.scripted import make_policy, run_episode
 from agentgym.tools import tools_of
 
 ENV_ID = "agentgym/TauRetail-v0"

@@ -14,7 +14,7 @@ import pytest
 from agentgym.envs.tau_retail.env import TauRetailEnv
 from agentgym.envs.tau_retail.upstream_errors import MAX_INT_BITS, binding_error, calculate
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, run_episode
+from agentgym.rollouts.scripted import make_policy, run_episode
 from agentgym.tools import tools_of
 
 ENV_ID = "agentgym/TauRetail-v0"

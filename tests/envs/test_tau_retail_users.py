@@ -18,7 +18,7 @@ from agentgym.envs.tau_retail import llm_user
 from agentgym.envs.tau_retail.llm_user import FALLBACK, GREETING, ResponseCache
 from agentgym.models import DEFAULT_MODEL, Generation, SamplingParams
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import to_json_line
+from agentgym.rollouts.io import to_json_line
 
 ENV_ID = "agentgym/TauRetail-v0"
 TASK_ID = "retail-dev-0"

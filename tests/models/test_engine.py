@@ -11,7 +11,7 @@ import torch
 from agentgym.models import SamplingParams
 from agentgym.models.kv_cache import KVRows
 from agentgym.models.prefix_attention import _ACTIVE, SharedPrefix, _attend, prefix_attention
-from agentgym.runner import RolloutConfig, RolloutRunner
+from agentgym.rollouts.runner import RolloutConfig, RolloutRunner
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,10 @@ import shutil
 
 import pytest
 
-from agentgym.models import ChatRenderer, Generation, TrajectoryBuilder, render_html
+from agentgym.models import Generation
+from agentgym.offline.inspection import render_html
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.trajectory import TrajectoryBuilder
 
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install 'agentgym[dev]')")
 from selenium.webdriver.common.by import By  # noqa: E402

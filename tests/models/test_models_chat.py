@@ -8,9 +8,8 @@ import re
 
 import pytest
 
-from agentgym.models import ChatRenderer, TemplateError, normalize_tool_schema, tool_system_prompt
-from agentgym.models.chat import validate_messages
 from agentgym.parsing import parse_action
+from agentgym.rollouts.chat import ChatRenderer, TemplateError, normalize_tool_schema, tool_system_prompt, validate_messages
 
 LOOKUP = {
     "name": "lookup_order",

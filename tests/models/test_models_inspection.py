@@ -7,8 +7,10 @@ import re
 
 import pytest
 
-from agentgym.models import BackendError, ChatRenderer, Generation, TrajectoryBuilder, create_backend, render_html, render_rich
-from agentgym.models.inspection import token_pieces
+from agentgym.models import BackendError, Generation, create_backend
+from agentgym.offline.inspection import render_html, render_rich, token_pieces
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.trajectory import TrajectoryBuilder
 
 
 @pytest.fixture

@@ -6,16 +6,9 @@ import socket
 
 import pytest
 
-from agentgym.models import (
-    BackendError,
-    ChatRenderer,
-    GenerationBackend,
-    OpenAICompatibleBackend,
-    RenderCheck,
-    SamplingParams,
-    TrajectoryBuilder,
-    check_rendering,
-)
+from agentgym.models import BackendError, GenerationBackend, OpenAICompatibleBackend, SamplingParams
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.trajectory import RenderCheck, TrajectoryBuilder, check_rendering
 
 
 def encode(tokenizer, text: str) -> list[int]:

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 import agentgym  # noqa: F401 - registers the environments
-from agentgym.models import ChatRenderer, Generation, RenderCheck, SamplingParams, TemplateError, Trajectory, TrajectoryBuilder, check_rendering, collate
+from agentgym.models import Generation, SamplingParams
+from agentgym.rollouts.batching import collate
+from agentgym.rollouts.chat import ChatRenderer, TemplateError
+from agentgym.rollouts.trajectory import RenderCheck, Trajectory, TrajectoryBuilder, check_rendering
 
 LOOKUP = {
     "name": "lookup_order",
@@ -86,7 +89,7 @@ def test_batched_model_episodes_are_token_exact(backend, tokenizer) -> None:
 
 def test_refund_oracle_episode_through_the_builder(tokenizer) -> None:
     """Real environment observations (system policy, tool results with ids, customer replies)."""
-    from agentgym.rollout import make_policy
+    from agentgym.rollouts.scripted import make_policy
 
     env = gym.make("agentgym/Refund-v0")
     observation, info = env.reset(seed=3)

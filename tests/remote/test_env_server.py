@@ -19,7 +19,8 @@ from gymnasium.utils.env_checker import check_env
 import agentgym  # noqa: F401 - registers the environments
 from agentgym.env import EpisodeOver
 from agentgym.remote import EnvServer, RemoteEnvError
-from agentgym.rollout import make_policy, replay, run_episode, to_json_line
+from agentgym.rollouts.io import to_json_line
+from agentgym.rollouts.scripted import make_policy, replay, run_episode
 
 pytest.importorskip("websockets")
 from websockets.sync.client import connect  # noqa: E402
@@ -72,7 +73,7 @@ def test_rollout_runner_gives_the_same_trajectories_remote_and_local(server, def
     from fakes import OracleScript
     from test_runner import Recording
 
-    from agentgym.runner import RolloutConfig, run_rollouts
+    from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 
     class NoModel:  # every turn comes from the script
         tokenizer, name = default_tokenizer, "script"

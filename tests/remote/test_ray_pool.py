@@ -13,7 +13,8 @@ from gymnasium.utils.env_checker import check_env
 
 import agentgym  # noqa: F401 - registers the environments
 from agentgym.remote.client import RemoteEnvError
-from agentgym.rollout import make_policy, replay, run_episode, to_json_line
+from agentgym.rollouts.io import to_json_line
+from agentgym.rollouts.scripted import make_policy, replay, run_episode
 
 ray = pytest.importorskip("ray")
 from agentgym.remote.ray_pool import RayEnvPool  # noqa: E402
@@ -114,7 +115,7 @@ def test_the_rollout_runner_uses_a_pool_and_survives_a_dead_actor(pool, default_
     from fakes import OracleScript
     from test_runner import Recording
 
-    from agentgym.runner import RolloutConfig, run_rollouts
+    from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 
     env_id = "agentgym/SQL-v0"
     task_ids = gym.make(env_id, split="test").unwrapped.task_ids[:2]

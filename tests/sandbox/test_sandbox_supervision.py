@@ -14,7 +14,7 @@ from processes import alive, children_of
 
 from agentgym.envs import make_env
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, run_episode
+from agentgym.rollouts.scripted import make_policy, run_episode
 from agentgym.sandbox import Limits, Sandbox, SandboxError, SandboxLost, SandboxUnavailable
 from agentgym.sandbox import local as local_module
 from agentgym.sandbox.grading import GRADING_FAILED, FunctionTests, Grader, IOCase

@@ -16,8 +16,8 @@ import yaml
 from letters_env import TOY_ENV
 from processes import alive, children_of, cmdline
 
-from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
-from agentgym.rollout import read_jsonl
+from agentgym.rollouts.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
+from agentgym.rollouts.io import read_jsonl
 from agentgym.trainers.config import ConfigError
 from agentgym.trainers.experiment import EvaluationSection, ExperimentConfig, TaskPick, load_experiment, run_experiment, summarize_experiment
 from agentgym.trainers.experiment.report import _examples

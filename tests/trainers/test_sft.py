@@ -10,9 +10,11 @@ import pytest
 import torch
 from letters_env import TOY_ENV
 
-from agentgym.models import ChatRenderer, check_rendering, load_model
+from agentgym.models import load_model
 from agentgym.parsing import format_tool_call
-from agentgym.rollout import make_policy, run_episode
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.scripted import make_policy, run_episode
+from agentgym.rollouts.trajectory import check_rendering
 from agentgym.trainers.config import OptimSection, SFTSection
 from agentgym.trainers.modeling import TrainerError, make_optimizer
 from agentgym.trainers.sft import assistant_text, demonstration_records, demonstration_trajectories, record_to_trajectory, sft_batch_indices, sft_update

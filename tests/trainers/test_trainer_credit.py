@@ -7,8 +7,8 @@ import statistics
 import pytest
 import torch
 
-from agentgym.models import Trajectory
-from agentgym.runner import Episode
+from agentgym.rollouts.runner import Episode
+from agentgym.rollouts.trajectory import Trajectory
 from agentgym.trainers.credit import anchor_keys, token_advantages
 
 

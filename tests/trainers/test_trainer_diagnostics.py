@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agentgym.models import Trajectory
-from agentgym.runner import Episode
+from agentgym.rollouts.runner import Episode
+from agentgym.rollouts.trajectory import Trajectory
 from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, plot_metrics, read_metrics, rollout_metrics
 
 

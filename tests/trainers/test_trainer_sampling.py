@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentgym.models import Trajectory
-from agentgym.runner import Episode
+from agentgym.rollouts.runner import Episode
+from agentgym.rollouts.trajectory import Trajectory
 from agentgym.trainers.sampling import dynamic_sample, learnable_groups, outcome_signal
 
 TRAJECTORY = Trajectory.from_dict(

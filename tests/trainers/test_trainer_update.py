@@ -11,7 +11,7 @@ from letters_env import TOY_ENV
 
 from agentgym.models import load_model
 from agentgym.models.hf import HFBackend
-from agentgym.runner import RolloutConfig, run_rollouts
+from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.trainers.config import GRPOSection
 from agentgym.trainers.grpo import LOSS_AGGS, intact_groups
 from agentgym.trainers.modeling import Reference

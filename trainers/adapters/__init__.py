@@ -1,7 +1,7 @@
 """Adapters that plug agentgym environments into RL trainers: verl, OpenRLHF and TRL (Unsloth).
 
 Framework-free modules (importable without any trainer installed; every adapter drives its
-episodes with :class:`agentgym.episode.TokenEpisode`, the driver the rollout runner uses too):
+episodes with :class:`agentgym.rollouts.episode.TokenEpisode`, the driver the rollout runner uses too):
 
 * :mod:`~agentgym.trainers.adapters.spec`: the episode spec a dataset row carries;
 * :mod:`~agentgym.trainers.adapters.export`: task splits as each trainer's dataset rows;

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal, get_args
 
 from agentgym.records import ChatMessage
-from agentgym.rollout import write_jsonl
+from agentgym.rollouts.io import write_jsonl
 from agentgym.trainers.adapters.spec import SPEC_KEY, EpisodeSpec
 
 __all__ = ["FORMATS", "ExportedEpisode", "Format", "episodes", "export_rows", "main", "row_for", "write_rows"]

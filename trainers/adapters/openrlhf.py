@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, cast
 import torch
 from openrlhf.utils.agent import AgentInstanceBase, MultiTurnAgentExecutor
 
-from agentgym.episode import RolloutSettings, TokenEpisode
-from agentgym.models.chat import ToolMode
+from agentgym.rollouts.chat import ToolMode
+from agentgym.rollouts.episode import RolloutSettings, TokenEpisode
 from agentgym.trainers.adapters.pool import EnvPool, shared_pool
 from agentgym.trainers.adapters.spec import EpisodeSpec
 
@@ -128,7 +128,7 @@ def make_agent_executor(
     """An ``AgentExecutor`` class (no-argument constructor) whose instances render with these options.
 
     Args:
-        tool_mode: how tools are shown to the model (see :class:`agentgym.models.chat.ChatRenderer`).
+        tool_mode: how tools are shown to the model (see :class:`agentgym.rollouts.chat.ChatRenderer`).
         template_kwargs: chat-template variables, e.g. ``{"enable_thinking": False}``.
         pool: environments reused across samples of the rollout process (the shared pool by default).
     """

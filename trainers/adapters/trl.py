@@ -37,9 +37,9 @@ from typing import Any, ClassVar, cast
 import gymnasium as gym
 
 from agentgym.env import EpisodeOver
-from agentgym.episode import EpisodeOutcome, RolloutSettings, TokenEpisode, episode_outcome
-from agentgym.models.chat import ToolMode
 from agentgym.models.loading import ModelLoadError
+from agentgym.rollouts.chat import ToolMode
+from agentgym.rollouts.episode import EpisodeOutcome, RolloutSettings, TokenEpisode, episode_outcome
 from agentgym.seeding import derive_seed
 from agentgym.tools import Tool, tools_of
 from agentgym.trainers.adapters.export import Format, export_rows
@@ -187,7 +187,7 @@ class RolloutFunction:
 
     Args:
         max_turn_tokens: cap on the tokens sampled in one assistant turn.
-        tool_mode: how tools are shown to the model (see :class:`agentgym.models.chat.ChatRenderer`).
+        tool_mode: how tools are shown to the model (see :class:`agentgym.rollouts.chat.ChatRenderer`).
         template_kwargs: extra chat-template variables, e.g. ``{"enable_thinking": False}``.
         seed: base seed of the per-turn sampling seeds (mixed with the step, rank, row and turn).
         pool: environments reused across calls (a private pool by default).

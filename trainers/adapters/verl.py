@@ -24,8 +24,8 @@ from uuid import uuid4
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput
 from verl.utils.profiler import simple_timer
 
-from agentgym.episode import RolloutSettings, TokenEpisode
-from agentgym.models.chat import ToolMode
+from agentgym.rollouts.chat import ToolMode
+from agentgym.rollouts.episode import RolloutSettings, TokenEpisode
 from agentgym.trainers.adapters.pool import EnvPool, shared_pool
 from agentgym.trainers.adapters.spec import SPEC_KEY, EpisodeSpec
 
@@ -41,7 +41,7 @@ class AgentGymAgentLoop(AgentLoopBase):
     Keyword arguments beyond verl's come from the registration YAML:
 
     Args:
-        tool_mode: how tools are shown to the model (see :class:`agentgym.models.chat.ChatRenderer`).
+        tool_mode: how tools are shown to the model (see :class:`agentgym.rollouts.chat.ChatRenderer`).
         template_kwargs: chat-template variables; defaults to ``data.apply_chat_template_kwargs``.
         pool: environments reused across samples of this worker process (the shared pool by default).
     """

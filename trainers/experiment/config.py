@@ -66,7 +66,7 @@ class EvaluationSection:
         env_kwargs: ``gym.make`` arguments of the evaluation episodes.
         seed: the seed the environment seeds of the trials derive from (the same for every arm).
         infra_retries: times an episode the machinery failed under is played again (see
-            :meth:`agentgym.runner.RolloutRunner.run`); one that still fails is left out of every
+            :meth:`agentgym.rollouts.runner.RolloutRunner.run`); one that still fails is left out of every
             arm's statistics and counted in ``infra_errors``.
         max_rows: episodes decoded at once; more wait for a free row. Their key/value cache is
             most of an evaluation process's memory (~46 KB a token for SmolLM2-135M in float32:

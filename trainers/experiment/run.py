@@ -17,7 +17,8 @@ import numpy as np
 
 from agentgym.envs import make_env
 from agentgym.progress import ProgressReport
-from agentgym.rollout import final_info, write_jsonl
+from agentgym.rollouts.io import write_jsonl
+from agentgym.rollouts.scripted import final_info
 from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
 from agentgym.trainers.experiment.config import BASE, GRPO, SFT, ExperimentConfig, TaskPick, split_ids, task_id_of, train_config_for
 from agentgym.trainers.experiment.summary import summarize_experiment
@@ -278,8 +279,8 @@ def _evaluate(
     """Play every evaluation task ``trials`` times with ``model``; one JSON line per episode in ``path``."""
     from agentgym.models import load_model
     from agentgym.models.hf import HFBackend
-    from agentgym.runner import RolloutConfig, RolloutRunner
-    from agentgym.settings import settings_of
+    from agentgym.rollouts.runner import RolloutConfig, RolloutRunner
+    from agentgym.rollouts.settings import settings_of
 
     log(f"evaluating {arm}" + (f" seed {seed}" if seed is not None else ""))
     training = config_from_dict({**config.training, "env_id": config.env_id})

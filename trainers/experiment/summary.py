@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentgym.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
-from agentgym.rollout import read_jsonl
+from agentgym.rollouts.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
+from agentgym.rollouts.io import read_jsonl
 from agentgym.trainers.diagnostics import read_metrics
 from agentgym.trainers.experiment.config import BASE, CONFIG_ADAPTER, GRPO, SFT
 from agentgym.trainers.experiment.report import results_markdown, write_plots

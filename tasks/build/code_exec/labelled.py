@@ -1,7 +1,7 @@
 """CodeExec-v0's hand-labelled trajectories (``tasks/code_exec/labelled.jsonl``).
 
 Each scenario is a kind of agent behaviour with the verdict a reviewer of the submitted code would
-give it, and why (see :mod:`agentgym.labelling`). A submission passes only when it is a correct
+give it, and why (see :mod:`agentgym.offline.labelling`). A submission passes only when it is a correct
 solution of the task: right on every input the specification covers, not just on the examples.
 
     python -m agentgym.tasks.build.code_exec.labelled tasks/code_exec
@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, insert_after, keep, prepend_malformed_turn, to_openai_messages, without_calls
+from agentgym.offline.labelling import Scenario, Turns, build_labelled, calls_in, insert_after, keep, prepend_malformed_turn, to_openai_messages, without_calls
 from agentgym.parsing import format_tool_call
 from agentgym.records import Label, LabelKind, LabelledRecord
 from agentgym.sandbox._harness import decode

@@ -2,7 +2,7 @@
 
 One scenario table per environment (SQL-v0, SearchQA-v0, ToolMath-v0): each row is a kind of agent
 behaviour, written as an alteration of the oracle's turns (or a scripted baseline), with the
-verdict a person grading the answer gives it and why (see :mod:`agentgym.labelling`). Verdicts
+verdict a person grading the answer gives it and why (see :mod:`agentgym.offline.labelling`). Verdicts
 follow the system prompt's rules: the answer tool gets the answer alone, once; numbers must be
 within the tolerance the question states; lists must hold exactly the requested items.
 
@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from agentgym.envs.knowledge.calculator import calculate
 from agentgym.envs.knowledge.snapshot import open_readonly
 from agentgym.envs.knowledge.world import TABLES
-from agentgym.labelling import (
+from agentgym.offline.labelling import (
     Scenario,
     Transform,
     Turns,

@@ -1,7 +1,7 @@
 """MockAPI-v0's hand-labelled trajectories (``tasks/mock_api/labelled.jsonl``).
 
 Each scenario is a kind of agent behaviour with the verdict an operations lead would give it,
-and why (see :mod:`agentgym.labelling`). Most scenarios run without faults, so a transformed
+and why (see :mod:`agentgym.offline.labelling`). Most scenarios run without faults, so a transformed
 trajectory means exactly what its label says; two run at ``fault_rate=0.5``, where the oracle's
 recoveries are the behaviour being judged.
 
@@ -13,7 +13,17 @@ from __future__ import annotations
 from typing import Any
 
 from agentgym.envs.mock_api.world import generate_world
-from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, first_arguments, insert_after, keep, prepend_malformed_turn, to_openai_messages
+from agentgym.offline.labelling import (
+    Scenario,
+    Turns,
+    build_labelled,
+    calls_in,
+    first_arguments,
+    insert_after,
+    keep,
+    prepend_malformed_turn,
+    to_openai_messages,
+)
 from agentgym.parsing import format_tool_call
 from agentgym.records import Label, LabelKind, LabelledRecord
 from agentgym.tasks.build import labelled_writer, run

@@ -1,7 +1,7 @@
 """Refund-v0's hand-labelled trajectories (``tasks/refund/labelled.jsonl``).
 
 Each scenario is a kind of agent behaviour with the verdict a support lead would give it under
-``policy.md`` and why (see :mod:`agentgym.labelling`).
+``policy.md`` and why (see :mod:`agentgym.offline.labelling`).
 
     python -m agentgym.tasks.build.refund.labelled tasks/refund
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentgym.labelling import (
+from agentgym.offline.labelling import (
     Scenario,
     Turns,
     build_labelled,

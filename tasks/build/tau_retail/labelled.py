@@ -1,7 +1,7 @@
 """TauRetail-v0's hand-labelled trajectories (``tasks/tau_retail/labelled.jsonl``).
 
 Each scenario is a kind of agent behaviour on τ-bench's train tasks with the verdict τ-bench's
-reward is meant to give it and why (see :mod:`agentgym.labelling`). The train split is used
+reward is meant to give it and why (see :mod:`agentgym.offline.labelling`). The train split is used
 because its ground truth is write-only: an agent that does nothing fails every one of its tasks
 but five, none of which the scenarios pick.
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from agentgym.envs.tau_retail.data import RetailDB
 from agentgym.envs.tau_retail.tools import WRITE_TOOLS
-from agentgym.labelling import Scenario, Turns, build_labelled, calls_in, edit_calls, insert_after, keep, prepend_malformed_turn
+from agentgym.offline.labelling import Scenario, Turns, build_labelled, calls_in, edit_calls, insert_after, keep, prepend_malformed_turn
 from agentgym.parsing import format_tool_call
 from agentgym.records import Label, LabelKind, LabelledRecord
 from agentgym.tasks.build import labelled_writer, run

@@ -16,7 +16,7 @@ from typing import Any
 from agentgym.envs.registration import make_env
 from agentgym.parsing import format_tool_call, parse_action
 from agentgym.records import Label, LabelledRecord
-from agentgym.rollout import assistant_turns, make_policy, replay, run_episode
+from agentgym.rollouts.scripted import assistant_turns, make_policy, replay, run_episode
 
 __all__ = [
     "Scenario",

@@ -22,17 +22,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, get_args
 
 from agentgym.env import SPLITS
+from agentgym.rollouts.chat import ToolMode
 
 if TYPE_CHECKING:
-    from agentgym.models.chat import ChatRenderer
+    from agentgym.rollouts.chat import ChatRenderer
 
 __all__ = ["RolloutConfig", "RolloutSettings", "ToolMode", "bound_problem", "check_settings", "setting", "settings_of"]
-
-ToolMode = Literal["auto", "template", "system_prompt"]
-"""How tools are shown to the model (:class:`agentgym.models.chat.ChatRenderer`); the same literal as ``agentgym.models.chat.ToolMode``."""
 
 
 def setting(
@@ -122,7 +120,7 @@ class RolloutSettings:
             at ``temperature``.
         top_p: nucleus mass in (0, 1].
         template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
-        tool_mode: how tools are shown to the model (see :class:`agentgym.models.chat.ChatRenderer`).
+        tool_mode: how tools are shown to the model (see :class:`agentgym.rollouts.chat.ChatRenderer`).
     """
 
     max_turns: int | None = setting(None, help="assistant turns per episode", min=1, unset="the environment's")
@@ -134,14 +132,14 @@ class RolloutSettings:
     )
     top_p: float = setting(1.0, help="nucleus sampling mass in (0, 1]", above=0, max=1)
     template_kwargs: Mapping[str, Any] = setting(help='extra chat-template variables, e.g. {"enable_thinking": false}', default_factory=dict)
-    tool_mode: ToolMode = setting("auto", help="how tools are shown to the model", choices=("auto", "template", "system_prompt"))
+    tool_mode: ToolMode = setting("auto", help="how tools are shown to the model", choices=get_args(ToolMode))
 
     def __post_init__(self) -> None:
         check_settings(self)
 
     def renderer(self, tokenizer: Any, tools: Sequence[Mapping[str, Any]]) -> ChatRenderer:
         """The chat renderer these settings describe, for ``tokenizer`` and an environment's tools."""
-        from agentgym.models.chat import ChatRenderer
+        from agentgym.rollouts.chat import ChatRenderer
 
         return ChatRenderer(tokenizer, tools=tools, tool_mode=self.tool_mode, template_kwargs=self.template_kwargs)
 
@@ -161,7 +159,7 @@ class RolloutConfig(RolloutSettings):
         num_tasks: number of groups when ``task_ids`` is not given.
         group_size: episodes per task (GRPO groups); members differ only in their sampling seeds.
         seed: base seed. Group ``g`` resets its environments with ``seed + g``; turn ``t`` of episode
-            ``e`` samples with :func:`agentgym.episode.turn_seed` ``(seed, e, t)``.
+            ``e`` samples with :func:`agentgym.rollouts.episode.turn_seed` ``(seed, e, t)``.
         distinct_env_seeds: give every episode of a group its own environment seed (derived from
             ``seed``, the group and the member) instead of the group's shared one. It matters for
             environments with randomness of their own (seeded faults, simulated users): shared, the
@@ -171,7 +169,7 @@ class RolloutConfig(RolloutSettings):
         env_workers: threads stepping environments in parallel.
         max_concurrent: episodes in flight at once (None: all of them). ``1`` plays the episodes one
             at a time with the same seeds.
-        overlap_env: keep generating while environments step (see :mod:`agentgym.runner`).
+        overlap_env: keep generating while environments step (see :mod:`agentgym.rollouts.runner`).
     """
 
     env_id: str

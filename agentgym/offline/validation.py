@@ -90,7 +90,7 @@ def env_reward(record: EpisodeRecord) -> RewardResult:
     """The environment's own reward for a recorded episode, recomputed by replaying its assistant
     turns in a fresh environment (the record's stored reward is never trusted)."""
     import agentgym  # noqa: F401  (registers the environments)
-    from agentgym.rollout import replay
+    from agentgym.rollouts.scripted import replay
 
     env = make_env(record["env_id"], **record.get("env_kwargs", {"split": record["split"]}))
     try:
@@ -171,7 +171,7 @@ def validate(
 
 def _checks(records, results, reward, env_id, episodes, reward_spec) -> list[Check]:
     import agentgym  # noqa: F401
-    from agentgym.rollout import rollout
+    from agentgym.rollouts.scripted import rollout
 
     split = records[0].get("split", "train")
     probes: dict[str, list[RewardResult]] = {}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
 
-from agentgym.models.trajectory import Segment, SegmentKind, Trajectory
+from agentgym.rollouts.trajectory import Segment, SegmentKind, Trajectory
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentgym.models.trajectory import Trajectory
+from agentgym.rollouts.trajectory import Trajectory
 
 
 @dataclass(frozen=True)

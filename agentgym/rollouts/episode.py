@@ -22,7 +22,7 @@ thousands of model outputs, one that breaks an environment must not take the bat
 way with ``stop_reason == "infra_error"``: a reward 0 that is not the model's, which consumers drop.
 
 How an episode is played — its budgets and sampling — is one :class:`RolloutSettings`
-(declared in :mod:`agentgym.settings`), which the runner's configuration, the trainer's YAML
+(declared in :mod:`agentgym.rollouts.settings`), which the runner's configuration, the trainer's YAML
 ``rollout`` section, ``agentgym eval``'s flags and the adapters all derive from.
 """
 
@@ -36,12 +36,12 @@ import gymnasium as gym
 
 from agentgym.env import agent_env
 from agentgym.models.backend import Generation, SamplingParams, decode_visible
-from agentgym.models.chat import ChatRenderer
-from agentgym.models.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.parsing import parse_action
 from agentgym.records import ChatMessage, StepError, StepInfo, StopReason, TurnRecord
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.settings import RolloutSettings
+from agentgym.rollouts.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.seeding import derive_seed
-from agentgym.settings import RolloutSettings
 from agentgym.tools import InfraError
 
 __all__ = ["EpisodeOutcome", "EpisodeTokens", "RolloutSettings", "StopReason", "TokenEpisode", "episode_outcome", "turn_seed"]

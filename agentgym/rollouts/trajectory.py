@@ -12,7 +12,7 @@ The training sequence of an episode is built incrementally, exactly as the model
 
 The delta is the text by which the template's rendering of the whole conversation extends the text
 built so far. Templates that rewrite earlier turns (e.g. dropping old reasoning) are not prefix-stable:
-the builder then raises :class:`~agentgym.models.chat.TemplateError` (``on_unstable="raise"``) or renders
+the builder then raises :class:`~agentgym.rollouts.chat.TemplateError` (``on_unstable="raise"``) or renders
 the new messages against a neutral conversation (``"isolate"``, the default) and marks the trajectory
 ``prefix_stable=False``. Either way the sequence is what the model was prompted with.
 """
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, cast
 
 from agentgym.models.backend import Generation
-from agentgym.models.chat import ChatRenderer, Message, TemplateError, validate_messages
 from agentgym.records import SegmentDict, SegmentKind, TrajectoryDict
+from agentgym.rollouts.chat import ChatRenderer, Message, TemplateError, validate_messages
 
 UnstablePolicy = Literal["isolate", "raise"]
 

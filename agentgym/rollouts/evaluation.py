@@ -1,8 +1,8 @@
 """Evaluate a policy on an environment: success with a confidence interval, rewards, turns, tokens, errors.
 
-:func:`evaluate` rolls the policy out with :class:`~agentgym.runner.RolloutRunner` and
+:func:`evaluate` rolls the policy out with :class:`~agentgym.rollouts.runner.RolloutRunner` and
 :func:`eval_metrics` summarises the episodes. The metrics build on
-:func:`agentgym.rollout.summarize` (so ``agentgym rollout`` and ``agentgym eval`` name shared
+:func:`agentgym.rollouts.scripted.summarize` (so ``agentgym rollout`` and ``agentgym eval`` name shared
 quantities alike) and add:
 
 * ``success_ci95``: the 95% Wilson score interval of the success rate (sound at 0% and 100% and
@@ -34,8 +34,8 @@ from typing import Any
 
 from agentgym.models import GenerationBackend
 from agentgym.records import EpisodeRecord
-from agentgym.rollout import final_info, summarize
-from agentgym.runner import Episode, EpisodeFn, ProgressFn, RolloutConfig, RolloutRunner, RolloutTiming
+from agentgym.rollouts.runner import Episode, EpisodeFn, ProgressFn, RolloutConfig, RolloutRunner, RolloutTiming
+from agentgym.rollouts.scripted import final_info, summarize
 
 __all__ = ["EvalResult", "eval_metrics", "evaluate", "paired_bootstrap", "pass_hat_k", "print_report", "wilson_interval"]
 

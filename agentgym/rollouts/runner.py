@@ -1,7 +1,7 @@
 """Run many model-driven episodes at once and keep their trajectories token-exact.
 
 :func:`run_rollouts` plays ``num_tasks × group_size`` episodes of one environment with a policy
-backend. Each episode is a :class:`~agentgym.episode.TokenEpisode` (the one episode driver every
+backend. Each episode is a :class:`~agentgym.rollouts.episode.TokenEpisode` (the one episode driver every
 caller shares); the runner feeds them to the backend as a stream:
 
 1. every episode that wants a turn submits its token sequence so far (each episode and turn has
@@ -35,12 +35,14 @@ import numpy as np
 
 from agentgym.env import agent_env, check_task_ids
 from agentgym.envs.registration import make_env
-from agentgym.episode import StopReason, TokenEpisode, turn_seed
-from agentgym.models import ChatRenderer, Generation, GenerationBackend, Trajectory
+from agentgym.models import Generation, GenerationBackend
 from agentgym.models.backend import as_streaming
 from agentgym.records import ChatMessage, EpisodeRecord, ModelEpisodeRecord, TrajectoryRecord, TurnRecord
+from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.episode import StopReason, TokenEpisode, turn_seed
+from agentgym.rollouts.settings import RolloutConfig
+from agentgym.rollouts.trajectory import Trajectory
 from agentgym.seeding import derive_seed
-from agentgym.settings import RolloutConfig
 from agentgym.tools import InfraError
 
 if TYPE_CHECKING:

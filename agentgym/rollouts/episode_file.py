@@ -20,7 +20,7 @@ from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from agentgym.rollout import to_json_line
+from agentgym.rollouts.io import to_json_line
 
 __all__ = ["EpisodeFile"]
 
@@ -129,7 +129,7 @@ class EpisodeFile:
         self.close()
         ordered = [self._lines[k] for k in sorted(self._lines)]
         if self.parquet:
-            from agentgym.parquet import write_parquet
+            from agentgym.rollouts.parquet import write_parquet
 
             partial = self.path.with_name(f".{self.path.name}.partial")
             write_parquet(partial, [json.loads(line) for line in ordered])
