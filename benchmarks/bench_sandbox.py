@@ -213,10 +213,15 @@ def think_latency(steps: int, think_s: float, rounds: int = 3) -> dict[str, floa
     finally:
         sandbox_module.Sandbox.prepare = prepare  # type: ignore[method-assign]
         worker.close()
+    return _percentiles_ms(latencies)
+
+
+def _percentiles_ms(latencies: dict[str, list[float]]) -> dict[str, float]:
+    """``{name}_p50_ms`` and ``{name}_p99_ms`` of each named list of seconds."""
     out = {}
-    for mode, values in latencies.items():
+    for name, values in latencies.items():
         m = Measurement(len(values), sum(values), values, 0.0)
-        out |= {f"{mode}_p50_ms": round(m.percentile(0.5), 2), f"{mode}_p99_ms": round(m.percentile(0.99), 2)}
+        out |= {f"{name}_p50_ms": round(m.percentile(0.5), 2), f"{name}_p99_ms": round(m.percentile(0.99), 2)}
     return out
 
 
@@ -238,11 +243,7 @@ def reset_latency(episodes: int, think_s: float) -> dict[str, float]:
                 latencies[step].append(time.perf_counter() - start)
     finally:
         worker.close()
-    out = {}
-    for name, values in latencies.items():
-        m = Measurement(len(values), sum(values), values, 0.0)
-        out |= {f"{name}_p50_ms": round(m.percentile(0.5), 2), f"{name}_p99_ms": round(m.percentile(0.99), 2)}
-    return out
+    return _percentiles_ms(latencies)
 
 
 def plain_worker() -> Callable[[], None]:
