@@ -457,12 +457,13 @@ def _measure_update(args: argparse.Namespace, path: str, out: Path) -> None:
 
     torch.set_num_threads(args.threads)
     _use_path(path)
-    from agentgym.trainers import experiment, memory, modeling, trainer
+    from agentgym.trainers import memory, modeling, trainer
+    from agentgym.trainers.experiment import config as experiment_config
 
-    config = experiment.load_experiment(EXPERIMENT, output_dir=str(out.parent / "unused"))
+    config = experiment_config.load_experiment(EXPERIMENT, output_dir=str(out.parent / "unused"))
     if args.autocast is not None:
         config.training["autocast"] = args.autocast
-    train_config = experiment._train_config(config, "grpo", 0, [], [], out.parent / "unused", change={"grpo": {"filter_degenerate": False}})
+    train_config = experiment_config.train_config_for(config, "grpo", 0, [], [], out.parent / "unused", change={"grpo": {"filter_degenerate": False}})
     policy, tokenizer = modeling.load_policy(None)
     optimizer, scheduler = modeling.make_optimizer(policy, train_config.optim, 10)
     for p in modeling.trainable_parameters(policy):  # the moments exist, as in every step after the first
