@@ -17,6 +17,8 @@ each it prints the peak resident memory, the seconds, where the memory goes (wei
 optimiser state, the key/value buffers' peak, the largest logits tensor, and the rest:
 activations, the allocator, Python), the peak of each stage of the phase, and the run folder's
 size; then the new/old ratios and how many trajectories both paths sampled identically.
+``--paths previous new`` compares today's with the previous round's (each row's pass keeping its
+graph instead of running its decoder layers again in its backward).
 
     python benchmarks/bench_memory.py                                   # all three phases, both paths
     python benchmarks/bench_memory.py --phases grpo --sft-model PATH    # GRPO from a given model
@@ -70,7 +72,7 @@ from pathlib import Path
 from typing import Any
 
 PHASES = ("sft", "grpo", "eval")
-PATHS = ("old", "new")
+PATHS = ("old", "previous", "new")
 EXPERIMENT = Path(__file__).resolve().parents[1] / "trainers" / "configs" / "experiments" / "learning_cpu.yaml"
 MIB = 2**20
 
@@ -147,11 +149,16 @@ def _folder_bytes(path: Path) -> int:
 def _use_path(path: str) -> None:
     """Switch this process to the path before (``old``: whole-micro-batch backward over a prefix
     pass that keeps its activations, one logits tensor a pass, doubling key/value buffers, AdamW
-    moments in memory) or leave today's defaults (``new``)."""
+    moments in memory), to the previous round's (``previous``: each row's pass keeps its graph
+    instead of running its layers again in backward) or leave today's defaults (``new``)."""
     if path == "new":
         return
     from agentgym.models import hf
     from agentgym.trainers import memory, modeling
+
+    modeling.RECOMPUTE_ROW_LAYERS = False
+    if path == "previous":
+        return
 
     class DoublingBackend(hf.HFBackend):
         """Key/value buffers that double when they grow, as before."""
@@ -510,17 +517,21 @@ def _update_benchmark(args: argparse.Namespace) -> None:
     for run in runs:
         print(f"{run.path:<4} {run.peak_rss / MIB:>9.0f} {run.seconds:>7.1f} {run.grad_norm:>12.6f}")
     by_path = {path: [r for r in runs if r.path == path] for path in PATHS}
-    if all(by_path.values()):
-        old, new = by_path["old"], by_path["new"]
-        peak = max(r.peak_rss for r in new) / max(r.peak_rss for r in old)
-        speed = sum(r.seconds for r in old) / sum(r.seconds for r in new)
-        print(f"new/old: peak memory {peak:.2f}x, speed {speed:.2f}x (old seconds / new seconds, summed over the runs)")
+    new = by_path["new"]
+    for path in ("old", "previous"):
+        before = by_path[path]
+        if before and new:
+            peak = max(r.peak_rss for r in new) / max(r.peak_rss for r in before)
+            speed = sum(r.seconds for r in before) / sum(r.seconds for r in new)
+            print(f"new/{path}: peak memory {peak:.2f}x, speed {speed:.2f}x ({path} seconds / new seconds, summed over the runs)")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
-    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument(
+        "--paths", nargs="+", choices=PATHS, default=["old", "new"], help="old: before the first round; previous: before the rows ran their layers again"
+    )
     parser.add_argument("--sft-steps", type=int, default=6)
     parser.add_argument("--grpo-steps", type=int, default=1)
     parser.add_argument("--eval-split", default="test")
