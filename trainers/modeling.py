@@ -13,8 +13,9 @@ the cache tensors stay in the autograd graph, so the gradient flowing into the s
 is summed over the rows exactly as the plain pass would sum it.
 
 Memory: the trainers' updates go through :func:`backward_by_row`, which back-propagates each
-row's loss right after its forward pass (one row's activations exist at a time), and the output
-layer runs :data:`LOGPROB_CHUNK_TOKENS` loss positions at a time.
+row's loss right after its forward pass, running the row's decoder layers again one at a time in
+its backward (one layer's activations exist at a time, :data:`RECOMPUTE_ROW_LAYERS`), and the
+output layer runs :data:`LOGPROB_CHUNK_TOKENS` loss positions at a time.
 """
 
 from __future__ import annotations
@@ -410,9 +411,11 @@ def backward_by_row(
     outside its loss tokens); the gradient of the sum of the terms is added to the parameters'
     ``.grad``. Each row's forward pass is followed by its backward pass at once, so the
     activations of one row exist at a time, not those of the whole micro-batch (the largest
-    memory of an update). The shared prefix runs once: the rows attend to a detached copy of its
-    keys and values, whose gradients add up over the rows and then flow through the prefix's
-    pass once. The gradient equals the whole batch's up to float rounding (the order of the sums).
+    memory of an update); with :data:`RECOMPUTE_ROW_LAYERS` not even a row's: its pass keeps only
+    each decoder layer's input, and its backward runs the layers again one at a time. The shared
+    prefix runs once: the rows attend to a detached copy of its keys and values, whose gradients
+    add up over the rows and then flow through the prefix's pass once, layer by layer. The
+    gradient equals the whole batch's up to float rounding (the order of the sums).
 
     Returns:
         ``(logprobs, entropy)`` as :func:`token_logprobs`, without gradient.
