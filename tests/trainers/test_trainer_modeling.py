@@ -405,3 +405,19 @@ def test_mapped_tensors_leave_resident_memory_when_paged_out_and_keep_their_valu
     assert filled - resident() > size * 0.9
     assert float(mapped.private_view(tensor).sum()) == 1.5 * size / 4  # read without staying resident
     assert float(tensor.sum()) == 1.5 * size / 4
+
+
+def test_the_optimiser_step_starts_after_the_freed_memory_went_back(model, monkeypatch) -> None:
+    """The step's own memory (a parameter's moments, AdamW's temporaries) must not come on top of
+    the backward passes' freed blocks: they go back to the system before the step, and the step's after it."""
+    from agentgym.trainers import modeling
+    from agentgym.trainers.config import OptimSection
+
+    events: list[str] = []
+    monkeypatch.setattr(modeling, "return_freed_memory", lambda: events.append("trim"))
+    optimizer, scheduler = modeling.make_optimizer(model, OptimSection(), 2)
+    step = optimizer.step
+    monkeypatch.setattr(optimizer, "step", lambda: (events.append("step"), step())[1])
+    (-token_logprobs(model, grouped_batch())[0].sum()).backward()
+    modeling.clip_and_step(model, optimizer, scheduler, 1.0)
+    assert events == ["trim", "step", "trim"]
