@@ -17,6 +17,8 @@ each it prints the peak resident memory, the seconds, where the memory goes (wei
 optimiser state, the key/value buffers' peak, the largest logits tensor, and the rest:
 activations, the allocator, Python), the peak of each stage of the phase, and the run folder's
 size; then the new/old ratios and how many trajectories both paths sampled identically.
+``--paths previous new`` compares today's with the previous round's (each row's pass keeping its
+graph instead of running its decoder layers again in its backward).
 
     python benchmarks/bench_memory.py                                   # all three phases, both paths
     python benchmarks/bench_memory.py --phases grpo --sft-model PATH    # GRPO from a given model
@@ -44,7 +46,7 @@ group of 8 episodes: the 779-token prompt the group shares, then 4 turns of 20-6
 30-60 environment tokens, random ids from a seeded generator, rewards 0 and 1 alternating), the
 bundled model, AdamW's moments made first (as in every step after a phase's first), run on the
 old and the new path alternately (``--update-repeats`` times each), each in its own process. It
-prints each run's peak resident memory during the update and seconds, the gradient norms (equal
+prints each run's peak resident memory during the update, its seconds and CPU seconds, the gradient norms (equal
 up to float rounding) and the new/old ratios.
 
     python benchmarks/bench_memory.py --update
@@ -70,7 +72,7 @@ from pathlib import Path
 from typing import Any
 
 PHASES = ("sft", "grpo", "eval")
-PATHS = ("old", "new")
+PATHS = ("old", "previous", "new")
 EXPERIMENT = Path(__file__).resolve().parents[1] / "trainers" / "configs" / "experiments" / "learning_cpu.yaml"
 MIB = 2**20
 
@@ -147,11 +149,16 @@ def _folder_bytes(path: Path) -> int:
 def _use_path(path: str) -> None:
     """Switch this process to the path before (``old``: whole-micro-batch backward over a prefix
     pass that keeps its activations, one logits tensor a pass, doubling key/value buffers, AdamW
-    moments in memory) or leave today's defaults (``new``)."""
+    moments in memory), to the previous round's (``previous``: each row's pass keeps its graph
+    instead of running its layers again in backward) or leave today's defaults (``new``)."""
     if path == "new":
         return
     from agentgym.models import hf
     from agentgym.trainers import memory, modeling
+
+    modeling.RECOMPUTE_ROW_LAYERS = False
+    if path == "previous":
+        return
 
     class DoublingBackend(hf.HFBackend):
         """Key/value buffers that double when they grow, as before."""
@@ -428,6 +435,7 @@ class UpdateRun:
     path: str
     peak_rss: int = 0
     seconds: float = 0.0
+    cpu_seconds: float = 0.0  # the process's CPU time: less noisy than seconds on a shared machine
     grad_norm: float = 0.0
 
 
@@ -457,12 +465,13 @@ def _measure_update(args: argparse.Namespace, path: str, out: Path) -> None:
 
     torch.set_num_threads(args.threads)
     _use_path(path)
-    from agentgym.trainers import experiment, memory, modeling, trainer
+    from agentgym.trainers import memory, modeling, trainer
+    from agentgym.trainers.experiment import config as experiment_config
 
-    config = experiment.load_experiment(EXPERIMENT, output_dir=str(out.parent / "unused"))
+    config = experiment_config.load_experiment(EXPERIMENT, output_dir=str(out.parent / "unused"))
     if args.autocast is not None:
         config.training["autocast"] = args.autocast
-    train_config = experiment._train_config(config, "grpo", 0, [], [], out.parent / "unused", change={"grpo": {"filter_degenerate": False}})
+    train_config = experiment_config.train_config_for(config, "grpo", 0, [], [], out.parent / "unused", change={"grpo": {"filter_degenerate": False}})
     policy, tokenizer = modeling.load_policy(None)
     optimizer, scheduler = modeling.make_optimizer(policy, train_config.optim, 10)
     for p in modeling.trainable_parameters(policy):  # the moments exist, as in every step after the first
@@ -473,7 +482,7 @@ def _measure_update(args: argparse.Namespace, path: str, out: Path) -> None:
     episodes = _synthetic_episodes(args.update_rows)
     g = train_config.grpo
     with _RssSampler() as sampler, sampler.during("update"), modeling.autocast(torch.device("cpu"), train_config.autocast):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         metrics = trainer.grpo_update(
             policy,
             None,
@@ -488,8 +497,8 @@ def _measure_update(args: argparse.Namespace, path: str, out: Path) -> None:
             max_grad_norm=train_config.optim.max_grad_norm,
             shuffle_seed=0,
         )
-        seconds = time.perf_counter() - started
-    run = UpdateRun(path, peak_rss=sampler.peaks["update"], seconds=seconds, grad_norm=metrics["optim/grad_norm"])
+        seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    run = UpdateRun(path, peak_rss=sampler.peaks["update"], seconds=seconds, cpu_seconds=cpu_seconds, grad_norm=metrics["optim/grad_norm"])
     out.write_text(json.dumps(asdict(run)), encoding="utf-8")
 
 
@@ -505,21 +514,26 @@ def _update_benchmark(args: argparse.Namespace) -> None:
                 if process.exitcode != 0:
                     sys.exit(f"the update on the {path} path failed (exit code {process.exitcode})")
                 runs.append(UpdateRun(**json.loads(out.read_text(encoding="utf-8"))))
-    print(f"{'path':<4} {'peak MiB':>9} {'s':>7} {'grad norm':>12}")
+    print(f"{'path':<8} {'peak MiB':>9} {'s':>7} {'CPU s':>7} {'grad norm':>12}")
     for run in runs:
-        print(f"{run.path:<4} {run.peak_rss / MIB:>9.0f} {run.seconds:>7.1f} {run.grad_norm:>12.6f}")
+        print(f"{run.path:<8} {run.peak_rss / MIB:>9.0f} {run.seconds:>7.1f} {run.cpu_seconds:>7.1f} {run.grad_norm:>12.6f}")
     by_path = {path: [r for r in runs if r.path == path] for path in PATHS}
-    if all(by_path.values()):
-        old, new = by_path["old"], by_path["new"]
-        peak = max(r.peak_rss for r in new) / max(r.peak_rss for r in old)
-        speed = sum(r.seconds for r in old) / sum(r.seconds for r in new)
-        print(f"new/old: peak memory {peak:.2f}x, speed {speed:.2f}x (old seconds / new seconds, summed over the runs)")
+    new = by_path["new"]
+    for path in ("old", "previous"):
+        before = by_path[path]
+        if before and new:
+            peak = max(r.peak_rss for r in new) / max(r.peak_rss for r in before)
+            speed = sum(r.seconds for r in before) / sum(r.seconds for r in new)
+            cpu = sum(r.cpu_seconds for r in before) / sum(r.cpu_seconds for r in new)
+            print(f"new/{path}: peak memory {peak:.2f}x, speed {speed:.2f}x ({path} seconds / new seconds, summed over the runs), {cpu:.2f}x in CPU seconds")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
-    parser.add_argument("--paths", nargs="+", choices=PATHS, default=list(PATHS))
+    parser.add_argument(
+        "--paths", nargs="+", choices=PATHS, default=["old", "new"], help="old: before the first round; previous: before the rows ran their layers again"
+    )
     parser.add_argument("--sft-steps", type=int, default=6)
     parser.add_argument("--grpo-steps", type=int, default=1)
     parser.add_argument("--eval-split", default="test")

@@ -8,9 +8,10 @@ for a model of ``W`` weight bytes, ``k`` key/value bytes per token and ``a`` act
 token of a training pass:
 
 * a **training** process: the larger of its rollouts, ``W + rows x tokens x k`` (weights and the
-  key/value buffers), and its update, ``2 W + M + tokens x a`` (weights, gradients, the AdamW
-  moments ``M`` and one pass's activations: a row's, or the shared prefix's when backward runs it
-  again); ``M`` is ``2 W``, or nothing when the moments live on disk between steps
+  key/value buffers, released before the update), and its update, ``2 W + M + tokens x a``
+  (weights, gradients, the AdamW moments ``M`` and one whole pass's activations: an upper bound,
+  now that the update's passes keep only each decoder layer's input and run the layers again one
+  at a time in backward); ``M`` is ``2 W``, or nothing when the moments live on disk between steps
   (:func:`optimizer_state_folder`); plus :data:`TRAINING_OVERHEAD` (the Python runtime with torch
   and transformers, a chunk of logits, the allocator's slack);
 * an **evaluation** process: ``W``, its key/value buffers, and :data:`EVALUATION_OVERHEAD`.

@@ -13,8 +13,9 @@ the cache tensors stay in the autograd graph, so the gradient flowing into the s
 is summed over the rows exactly as the plain pass would sum it.
 
 Memory: the trainers' updates go through :func:`backward_by_row`, which back-propagates each
-row's loss right after its forward pass (one row's activations exist at a time), and the output
-layer runs :data:`LOGPROB_CHUNK_TOKENS` loss positions at a time.
+row's loss right after its forward pass, running the row's decoder layers again one at a time in
+its backward (one layer's activations exist at a time, :data:`RECOMPUTE_ROW_LAYERS`), and the
+output layer runs :data:`LOGPROB_CHUNK_TOKENS` loss positions at a time.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ __all__ = [
     "BACKWARD_BY_ROW",
     "LOGPROB_CHUNK_TOKENS",
     "MIN_SHARED_PREFIX",
+    "RECOMPUTE_ROW_LAYERS",
     "OffloadedAdamW",
     "Reference",
     "TensorBatch",
@@ -70,6 +72,13 @@ BACKWARD_BY_ROW = True
 """:func:`backward_by_row` back-propagates each row right after its forward pass; ``False``: the
 whole micro-batch's loss at once, after every row's forward pass (the path before, which holds
 every row's activations at once; ``benchmarks/bench_memory.py --paths old`` measures it)."""
+
+RECOMPUTE_ROW_LAYERS = True
+""":func:`backward_by_row` runs a row's pass without a graph, keeping only each decoder layer's
+input, and in the row's backward runs the layers again one at a time, last to first, as it does
+the shared prefix's (one layer's activations exist at a time instead of the row's: ~1.8 MB per
+token of the row for the bundled model); ``False``: the row's pass keeps its graph (the path
+before: one forward pass per row fewer)."""
 
 LOGPROB_CHUNK_TOKENS: int | None = 512
 """Loss tokens whose ``[tokens, vocab]`` logits exist at once (``None``: all of a pass's).
@@ -289,7 +298,7 @@ def clip_and_step(
     model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: torch.optim.lr_scheduler.LRScheduler, max_grad_norm: float | None
 ) -> dict[str, float]:
     """Clip the accumulated gradient, take the optimiser and schedule steps, zero the gradient and
-    return the freed memory to the system.
+    return the freed memory to the system (before the step as well).
 
     Returns ``grad_norm`` (before clipping) and ``lr`` (the rate this step used).
     """
@@ -297,6 +306,10 @@ def clip_and_step(
     limit = math.inf if max_grad_norm is None else max_grad_norm
     grad_norm = float(torch.nn.utils.clip_grad_norm_(params, limit))
     lr = float(optimizer.param_groups[0]["lr"])
+    # The backward passes' freed activations go back to the system before the step's own memory
+    # (a parameter's moments and AdamW's temporaries, ~0.45 GB for the bundled model's embeddings)
+    # comes on top of them: the step was the update's peak.
+    return_freed_memory()
     optimizer.step()
     scheduler.step()
     optimizer.zero_grad(set_to_none=True)
@@ -403,9 +416,11 @@ def backward_by_row(
     outside its loss tokens); the gradient of the sum of the terms is added to the parameters'
     ``.grad``. Each row's forward pass is followed by its backward pass at once, so the
     activations of one row exist at a time, not those of the whole micro-batch (the largest
-    memory of an update). The shared prefix runs once: the rows attend to a detached copy of its
-    keys and values, whose gradients add up over the rows and then flow through the prefix's
-    pass once. The gradient equals the whole batch's up to float rounding (the order of the sums).
+    memory of an update); with :data:`RECOMPUTE_ROW_LAYERS` not even a row's: its pass keeps only
+    each decoder layer's input, and its backward runs the layers again one at a time. The shared
+    prefix runs once: the rows attend to a detached copy of its keys and values, whose gradients
+    add up over the rows and then flow through the prefix's pass once, layer by layer. The
+    gradient equals the whole batch's up to float rounding (the order of the sums).
 
     Returns:
         ``(logprobs, entropy)`` as :func:`token_logprobs`, without gradient.
@@ -418,7 +433,7 @@ def backward_by_row(
         return logprobs.detach(), entropy
     logprobs = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
     entropy = torch.zeros_like(logprobs) if with_entropy else None
-    passes = _RowPasses(model, batch, share_prefix=share_prefix, leaf_prefix=True)
+    passes = _RowPasses(model, batch, share_prefix=share_prefix, leaf_prefix=True, recompute_rows=RECOMPUTE_ROW_LAYERS)
     for r in passes.rows:
         states, head = passes.states(r)
         here = passes.row == r
@@ -426,6 +441,7 @@ def backward_by_row(
         columns = passes.position[here] + 1
         row_logprobs = torch.zeros(1, logprobs.shape[1], dtype=torch.float32, device=logprobs.device).index_put((torch.zeros_like(columns), columns), picked)
         row_loss(r, row_logprobs).backward()
+        passes.backward_row()
         logprobs[r, columns] = picked.detach()
         if entropy is not None:
             entropy[r, columns] = picked_entropy
@@ -495,9 +511,16 @@ class _RowPasses:
     prefix again with gradients and carries the rows' gradient through it. That costs one more
     pass over the prefix per micro-batch and keeps the prefix's activations (about as large as a
     row's) out of memory while the rows run.
+
+    ``recompute_rows`` (with gradients): :meth:`states` runs a row's decoder layers without a
+    graph too, keeping each layer's input, and returns its hidden states computed from a detached
+    copy of the last layer's output; after the row's loss is back-propagated to that copy,
+    :meth:`backward_row` runs the layers again one at a time, last to first, as
+    :meth:`backward_prefix` does. That costs one more pass over each row and keeps one layer's
+    activations at a time instead of the row's.
     """
 
-    def __init__(self, model: torch.nn.Module, batch: TensorBatch, *, share_prefix: bool, leaf_prefix: bool) -> None:
+    def __init__(self, model: torch.nn.Module, batch: TensorBatch, *, share_prefix: bool, leaf_prefix: bool, recompute_rows: bool = False) -> None:
         ids, attention, mask = batch.input_ids, batch.attention_mask, batch.loss_mask
         self.row, self.position = mask[:, 1:].nonzero(as_tuple=True)
         self.rows: list[int] = torch.unique_consecutive(self.row).tolist()
@@ -520,12 +543,20 @@ class _RowPasses:
         decoder = get_decoder() if get_decoder is not None else None
         layers = getattr(decoder, "layers", None)
         self._layers: list[torch.nn.Module] = list(layers) if isinstance(layers, torch.nn.ModuleList) else []
+        norm = getattr(decoder, "norm", None)
+        self._norm: torch.nn.Module | None = norm if isinstance(norm, torch.nn.Module) else None
+        # A row's pass can be run again layer by layer where the states the head reads are the final
+        # norm's output of the last layer's (checked on every row's pass, see states).
+        self._recompute_rows = recompute_rows and self._recompute and split and bool(self._layers) and self._norm is not None
         self._layer_inputs: list[tuple[tuple[Any, ...], dict[str, Any]] | None] = []
+        self._row_inputs: dict[str, Any] = {}
+        self._row_layer_inputs: list[tuple[tuple[Any, ...], dict[str, Any]] | None] = []
+        self._row_output: torch.Tensor | None = None  # the detached last layer's output a row's states were computed from
         if self.prefix:
             # With leaves, the prefix's pass keeps nothing for backward (its activations would stay
             # for every row of the micro-batch), only each decoder layer's inputs; backward_prefix
             # runs the layers again one at a time, with gradients.
-            with torch.no_grad() if self._recompute else nullcontext(), self._recording_layer_inputs():
+            with torch.no_grad() if self._recompute else nullcontext(), self._recording_layer_inputs(self._layer_inputs):
                 self._prefix_states = self._prefix_pass()
             leaves = self._recompute
             self._attended = [(k.detach().requires_grad_(), v.detach().requires_grad_()) for k, v in self._prefix_states] if leaves else self._prefix_states
@@ -537,26 +568,22 @@ class _RowPasses:
         return [(layer.keys, layer.values) for layer in getattr(shared, self._keyword).layers]
 
     @contextmanager
-    def _recording_layer_inputs(self) -> Iterator[None]:
-        """While a recomputed prefix runs: keep each decoder layer's arguments (its input is one
-        ``[1, prefix, H]`` tensor, a few MB; the rest is shared by the layers)."""
+    def _recording_layer_inputs(self, record: list[tuple[tuple[Any, ...], dict[str, Any]] | None]) -> Iterator[None]:
+        """While a recomputed pass runs: keep each decoder layer's arguments in ``record`` (its input
+        is one ``[1, tokens, H]`` tensor, a few MB; the rest is shared by the layers)."""
         if not self._recompute:
             yield
             return
-        record = self._layer_inputs.append
-        hooks = [layer.register_forward_pre_hook(lambda _, args, kwargs: record((args, kwargs)), with_kwargs=True) for layer in self._layers]
+        hooks = [layer.register_forward_pre_hook(lambda _, args, kwargs: record.append((args, kwargs)), with_kwargs=True) for layer in self._layers]
         try:
             yield
         finally:
             for hook in hooks:
                 hook.remove()
 
-    def states(self, r: int) -> tuple[torch.Tensor, torch.nn.Module | None]:
-        """Row ``r``'s pass: ``(hidden states [n, H] at its loss positions, the output layer)``, or
-        ``(logits [n, V], None)`` for a model whose logits are more than a linear map of its states."""
+    def _row_pass_inputs(self, r: int, end: int) -> dict[str, Any]:
+        """The decoder's arguments for row ``r``'s pass from the end of the prefix to ``end``."""
         prefix, ids = self.prefix, self._ids
-        needed = self.position[self.row == r] - prefix  # the row's positions whose logits are needed, after the prefix
-        end = prefix + int(needed[-1]) + 1
         inputs: dict[str, Any] = {"input_ids": ids[r : r + 1, prefix:end], "attention_mask": self._attention[r : r + 1, :end]}
         if prefix:
             # A cache object per row over the same prefix tensors: appending the row's keys and
@@ -564,9 +591,64 @@ class _RowPasses:
             inputs |= {"position_ids": torch.arange(prefix, end, device=ids.device)[None], "use_cache": True, self._keyword: _cache_from(self._attended)}
         else:
             inputs["use_cache"] = False
+        return inputs
+
+    def states(self, r: int) -> tuple[torch.Tensor, torch.nn.Module | None]:
+        """Row ``r``'s pass: ``(hidden states [n, H] at its loss positions, the output layer)``, or
+        ``(logits [n, V], None)`` for a model whose logits are more than a linear map of its states."""
+        needed = self.position[self.row == r] - self.prefix  # the row's positions whose logits are needed, after the prefix
+        end = self.prefix + int(needed[-1]) + 1
+        if self._recompute_rows:
+            states = self._recorded_row_pass(self._row_pass_inputs(r, end))
+            if states is not None:
+                return states[0, needed], self._head
+            self._recompute_rows = False  # this model's pass cannot be split there: the rows keep their graphs
+        inputs = self._row_pass_inputs(r, end)
         if self._head is not None:
             return self._network(**inputs).last_hidden_state[0, needed], self._head
         return self._network(**inputs, logits_to_keep=needed).logits[0], None
+
+    def _recorded_row_pass(self, inputs: dict[str, Any]) -> torch.Tensor | None:
+        """A row's pass without a graph, keeping each layer's input and the last layer's output; its
+        final states computed again, with gradients, from a detached copy of that output. ``None``
+        (nothing kept) where the decoder's output is not the final norm of the last layer's."""
+        norm = self._norm
+        assert norm is not None
+        seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+        hook = norm.register_forward_hook(lambda _, args, out: seen.append((args[0], out)))
+        layer_inputs: list[tuple[tuple[Any, ...], dict[str, Any]] | None] = []
+        try:
+            with torch.no_grad(), self._recording_layer_inputs(layer_inputs):
+                final = self._network(**inputs).last_hidden_state
+        finally:
+            hook.remove()
+        if len(seen) != 1 or seen[0][1] is not final or len(layer_inputs) != len(self._layers):
+            return None
+        self._row_inputs, self._row_layer_inputs = inputs, layer_inputs
+        self._row_output = seen[0][0].detach().requires_grad_()
+        return norm(self._row_output)
+
+    def backward_row(self) -> None:
+        """Carry the gradient the row's loss left on the last layer's output (see :meth:`states`)
+        through the row's decoder layers, run again with gradients one at a time, last to first,
+        each from its recorded input and over the prefix's detached keys and values; then through
+        the part of the pass before the first layer. Nothing to do where the row's pass kept its graph."""
+        output, self._row_output = self._row_output, None
+        records, self._row_layer_inputs = self._row_layer_inputs, []
+        inputs, self._row_inputs = self._row_inputs, {}
+        if output is None or output.grad is None:
+            return
+        attended = self._attended
+
+        def cache(index: int) -> Any:
+            # The prefix's keys and values of this layer alone: the layer appends the row's to them.
+            return _cache_from([(None, None)] * index + [attended[index]]) if attended else None
+
+        grad_hidden = self._backward_layers(records, output.grad, cache)
+        if grad_hidden is not None:
+            # The recorded pass's cache holds the row's keys and values now; the part before the
+            # first layer needs only the prefix's length, which the first layer's entry gives.
+            self._backward_first_layer_input(grad_hidden, lambda: self._network(**(inputs | ({self._keyword: cache(0)} if attended else {}))))
 
     def backward_prefix(self) -> None:
         """Carry the gradients the rows left on the detached prefix keys and values through the
@@ -583,36 +665,55 @@ class _RowPasses:
             pairs = [(state, g) for states, gs in zip(self._prefix_pass(), grads, strict=True) for state, g in zip(states, gs, strict=True) if g is not None]
             torch.autograd.backward([state for state, _ in pairs], [g for _, g in pairs])
             return
-        from transformers.cache_utils import Cache, DynamicCache
+        from transformers.cache_utils import DynamicCache
 
-        grad_hidden: torch.Tensor | None = None  # the gradient at the output of the layer being run
+        records, self._layer_inputs = self._layer_inputs, []
+        # The layer's keys and values land in an empty cache, in the graph: the gradients the rows left on them go there.
+        grad_hidden = self._backward_layers(records, None, lambda index: DynamicCache(), grads)
+        if grad_hidden is not None:
+            self._backward_first_layer_input(grad_hidden, self._prefix_pass)
+
+    def _backward_layers(
+        self,
+        records: list[tuple[tuple[Any, ...], dict[str, Any]] | None],
+        grad_hidden: torch.Tensor | None,
+        cache: Callable[[int], Any],
+        kv_grads: list[tuple[torch.Tensor | None, torch.Tensor | None]] | None = None,
+    ) -> torch.Tensor | None:
+        """Back-propagate ``grad_hidden`` (at the last layer's output) and ``kv_grads`` (at each
+        layer's keys and values) through the decoder layers, run again with gradients one at a time,
+        last to first, each from its recorded arguments with ``cache(index)`` as its cache; return
+        the gradient at the first layer's input."""
+        from transformers.cache_utils import Cache
+
         for index in reversed(range(len(self._layers))):
-            recorded = self._layer_inputs[index]
+            recorded = records[index]
             assert recorded is not None
-            self._layer_inputs[index] = None
+            records[index] = None
             args, kwargs = recorded
             hidden = (args[0] if args else kwargs["hidden_states"]).detach().requires_grad_()
-            cache = DynamicCache()  # the layer's keys and values land here, in the graph
-            kwargs = {key: cache if isinstance(value, Cache) else value for key, value in kwargs.items()}
+            layer_cache = cache(index)
+            kwargs = {key: layer_cache if isinstance(value, Cache) else value for key, value in kwargs.items()}
             if args:
                 args = (hidden, *args[1:])
             else:
                 kwargs["hidden_states"] = hidden
             out = self._layers[index](*args, **kwargs)
             out = out[0] if isinstance(out, tuple) else out
-            layer: Any = cache.layers[index]  # its keys and values, as _prefix_pass reads them
-            targets = [(out, grad_hidden), (layer.keys, grads[index][0]), (layer.values, grads[index][1])]
+            targets = [(out, grad_hidden)]
+            if kv_grads is not None:
+                layer: Any = layer_cache.layers[index]  # its keys and values, as _prefix_pass reads them
+                targets += [(layer.keys, kv_grads[index][0]), (layer.values, kv_grads[index][1])]
             pairs = [(t, g) for t, g in targets if g is not None]
-            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+            if pairs:
+                torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
             grad_hidden = hidden.grad
-        if grad_hidden is not None:
-            first = self._first_layer_input()
-            if first.requires_grad:  # not with frozen embeddings (LoRA): nothing before the first layer learns
-                torch.autograd.backward(first, grad_hidden)
+        return grad_hidden
 
-    def _first_layer_input(self) -> torch.Tensor:
-        """The first decoder layer's input with its graph (the embeddings, and whatever the model
-        does to them): the prefix pass, stopped there."""
+    def _backward_first_layer_input(self, grad: torch.Tensor, run: Callable[[], Any]) -> None:
+        """Back-propagate ``grad`` through the part of a pass before the first decoder layer (the
+        embeddings, and whatever the model does to them): ``run`` (the pass), stopped there. Not
+        with frozen embeddings (LoRA): nothing before the first layer learns."""
         captured: list[torch.Tensor] = []
 
         def stop(_: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
@@ -621,19 +722,21 @@ class _RowPasses:
 
         hook = self._layers[0].register_forward_pre_hook(stop, with_kwargs=True)
         try:
-            self._prefix_pass()
+            run()
         except _StopPass:
             pass
         finally:
             hook.remove()
-        return captured[0]
+        if captured[0].requires_grad:
+            torch.autograd.backward(captured[0], grad)
 
 
 class _StopPass(Exception):
     """Raised by a hook to end a forward pass early."""
 
 
-def _cache_from(states: list[tuple[torch.Tensor, torch.Tensor]]) -> Any:
+def _cache_from(states: list[tuple[torch.Tensor, torch.Tensor]] | list[tuple[torch.Tensor | None, torch.Tensor | None]]) -> Any:
+    """A cache holding ``states`` (per layer, keys and values; ``None``: the layer holds none)."""
     from transformers import DynamicCache
 
     return DynamicCache(ddp_cache_data=states)

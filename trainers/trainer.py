@@ -57,6 +57,7 @@ from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, d
 from agentgym.trainers.credit import token_advantages
 from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
 from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, intact_groups, loss_normalizer, masked_grpo_loss
+from agentgym.trainers.memory import return_freed_memory
 from agentgym.trainers.modeling import (
     Reference,
     TensorBatch,
@@ -589,7 +590,12 @@ def _play_round(backend: Any, config: TrainConfig, pool: Sequence[str], step: in
         tasks, rollout_seed = step_tasks(pool, num_tasks, derive_seed(seed, _TASKS), step), derive_seed(seed, _ROLLOUT, step)
     else:
         tasks, rollout_seed = step_tasks(pool, num_tasks, derive_seed(seed, _RESAMPLE, step), round_ - 1), derive_seed(seed, _ROLLOUT, step, round_)
-    return run_rollouts(backend, rollout_config(config, tasks, seed=rollout_seed), progress=display.episodes("rollouts"))
+    episodes = run_rollouts(backend, rollout_config(config, tasks, seed=rollout_seed), progress=display.episodes("rollouts"))
+    # The update needs the memory the rollouts' key/value buffers hold (the next round starts from
+    # an empty cache anyway): the whole batch's, as large as the weights, kept until the next step.
+    backend.clear_cache()
+    return_freed_memory()
+    return episodes
 
 
 def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, evaluation: bool = False) -> RolloutConfig:

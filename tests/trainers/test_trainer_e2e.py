@@ -294,3 +294,49 @@ def test_dynamic_sampling_on_the_outcome_and_step_level_credit_run_from_a_yaml_f
             assert row["optim/updates"] == 1 and row["advantage/step_groups"] >= row["groups/kept"]
     # The run needed the extra rounds and found groups in them: the options did something.
     assert any(r["rollout/rounds"] > 1 for r in rows) and any(r["groups/kept"] > 0 for r in rows)
+
+
+def test_the_update_runs_without_the_rollouts_key_value_buffers(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """The rollouts' key/value buffers (the whole batch's, as large as the weights for the
+    experiment) are released before the update, not kept until the next step's rollouts."""
+    from agentgym.trainers import trainer
+
+    backends, held = [], []
+    make_backend, update = trainer._backend, trainer.grpo_update
+
+    def backend(*args, **kwargs):
+        backends.append(make_backend(*args, **kwargs))
+        return backends[-1]
+
+    def grpo_update(*args, **kwargs):
+        held.append(sum(b.engine.rows.nbytes for b in backends))
+        return update(*args, **kwargs)
+
+    monkeypatch.setattr(trainer, "_backend", backend)
+    monkeypatch.setattr(trainer, "grpo_update", grpo_update)
+    peaks = []
+    rollouts = trainer.run_rollouts
+
+    def run_rollouts(backend, *args, **kwargs):
+        episodes = rollouts(backend, *args, **kwargs)
+        peaks.append(backend.engine.stats.peak_cache_bytes)
+        return episodes
+
+    monkeypatch.setattr(trainer, "run_rollouts", run_rollouts)
+    config = load_config(
+        overrides={
+            "env_id": TOY_ENV,
+            "model": str(tiny_model_dir),
+            "device": "cpu",
+            "output_dir": str(tmp_path / "run"),
+            "rollout.num_tasks": 2,
+            "rollout.group_size": 2,
+            "rollout.max_new_tokens": 4,
+            "grpo.steps": 2,
+            "eval.enabled": False,
+            **QUIET,
+        }
+    )
+    train(config)
+    assert len(peaks) == 2 and all(peak > 0 for peak in peaks)  # the rollouts did fill buffers
+    assert held == [0, 0]

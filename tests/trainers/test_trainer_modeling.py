@@ -236,14 +236,22 @@ def test_backward_keeps_no_logits_beyond_one_chunk(model, monkeypatch) -> None:
     assert max(saved_rows, default=0) <= 3
 
 
-@pytest.mark.parametrize("by_row", [True, False], ids=["row-by-row", "whole-batch"])
-def test_backward_by_row_gives_the_gradient_of_the_whole_batch(model, monkeypatch, by_row) -> None:
-    """Row by row, through a shared prefix, equals one backward pass over the micro-batch's loss."""
+@pytest.mark.parametrize("tied", [False, True], ids=["own-head", "tied-head"])
+@pytest.mark.parametrize("share_prefix", [True, False], ids=["prefix", "no-prefix"])
+@pytest.mark.parametrize(("by_row", "recompute"), [(True, True), (True, False), (False, False)], ids=["row-by-row-layers-again", "row-by-row", "whole-batch"])
+def test_backward_by_row_gives_the_gradient_of_the_whole_batch(model, monkeypatch, by_row, recompute, share_prefix, tied) -> None:
+    """Row by row (each row's layers run again in its backward, or its graph kept), through a shared
+    prefix or not, equals one backward pass over the micro-batch's loss; also where the output layer
+    is the input embeddings (the bundled model's), whose gradient then adds up from both ends."""
     from agentgym.trainers import modeling
     from agentgym.trainers.grpo import masked_grpo_loss
     from agentgym.trainers.modeling import backward_by_row
 
     monkeypatch.setattr(modeling, "BACKWARD_BY_ROW", by_row)
+    monkeypatch.setattr(modeling, "RECOMPUTE_ROW_LAYERS", recompute)
+    if tied:
+        model.config.tie_word_embeddings = True
+        model.lm_head.weight = model.model.embed_tokens.weight
 
     batch = grouped_batch()
     assert shared_prefix_length(batch) >= MIN_SHARED_PREFIX  # the prefix's gradient path is exercised
@@ -258,7 +266,9 @@ def test_backward_by_row_gives_the_gradient_of_the_whole_batch(model, monkeypatc
     loss(whole, slice(None)).backward()
     expected = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
-    by_row, by_row_entropy = backward_by_row(model, batch, lambda r, row: loss(row, slice(r, r + 1)), temperature=0.7, with_entropy=True)
+    by_row, by_row_entropy = backward_by_row(
+        model, batch, lambda r, row: loss(row, slice(r, r + 1)), temperature=0.7, share_prefix=share_prefix, with_entropy=True
+    )
     assert not by_row.requires_grad
     torch.testing.assert_close(by_row, whole.detach(), atol=1e-5, rtol=0)
     torch.testing.assert_close(by_row_entropy, whole_entropy, atol=1e-5, rtol=0)
@@ -286,6 +296,32 @@ def test_the_rows_run_beside_a_prefix_without_activations_and_backward_runs_it_a
     passes.backward_prefix()
     assert calls == list(reversed(range(len(layers))))
     assert model.get_input_embeddings().weight.grad is not None  # through the part before the first layer
+
+
+def test_a_row_runs_without_activations_and_its_backward_runs_its_layers_again_layer_by_layer(model) -> None:
+    """With recompute_rows, a row's pass runs its decoder layers without a graph (only the final
+    norm has one), and backward_row runs them again, last to first, one layer's graph at a time,
+    then the part before the first layer. (Its gradient equals the plain one: the test above.)"""
+    from agentgym.trainers.modeling import _RowPasses
+
+    layers = list(model.get_decoder().layers)
+    calls: list[tuple[int, bool]] = []
+    for index, layer in enumerate(layers):
+        layer.register_forward_hook(lambda _, args, out, index=index: calls.append((index, torch.is_grad_enabled())))
+    passes = _RowPasses(model, grouped_batch(), share_prefix=True, leaf_prefix=True, recompute_rows=True)
+    for r in passes.rows:
+        calls.clear()
+        model.get_input_embeddings().weight.grad = None
+        states, head = passes.states(r)
+        assert head is model.get_output_embeddings()
+        assert calls == [(index, False) for index in range(len(layers))]
+        head(states).sum().backward()
+        assert model.get_input_embeddings().weight.grad is None
+        calls.clear()
+        passes.backward_row()
+        assert calls == [(index, True) for index in reversed(range(len(layers)))]
+        assert model.get_input_embeddings().weight.grad is not None  # through the part before the first layer
+    assert all(k.grad is not None and v.grad is not None for k, v in passes._attended)  # the rows' gradient reaches the prefix
 
 
 needs_disk_mapping = pytest.mark.skipif(
@@ -369,3 +405,19 @@ def test_mapped_tensors_leave_resident_memory_when_paged_out_and_keep_their_valu
     assert filled - resident() > size * 0.9
     assert float(mapped.private_view(tensor).sum()) == 1.5 * size / 4  # read without staying resident
     assert float(tensor.sum()) == 1.5 * size / 4
+
+
+def test_the_optimiser_step_starts_after_the_freed_memory_went_back(model, monkeypatch) -> None:
+    """The step's own memory (a parameter's moments, AdamW's temporaries) must not come on top of
+    the backward passes' freed blocks: they go back to the system before the step, and the step's after it."""
+    from agentgym.trainers import modeling
+    from agentgym.trainers.config import OptimSection
+
+    events: list[str] = []
+    monkeypatch.setattr(modeling, "return_freed_memory", lambda: events.append("trim"))
+    optimizer, scheduler = modeling.make_optimizer(model, OptimSection(), 2)
+    step = optimizer.step
+    monkeypatch.setattr(optimizer, "step", lambda: (events.append("step"), step())[1])
+    (-token_logprobs(model, grouped_batch())[0].sum()).backward()
+    modeling.clip_and_step(model, optimizer, scheduler, 1.0)
+    assert events == ["trim", "step", "trim"]

@@ -143,11 +143,13 @@ def test_a_group_with_an_infra_error_is_left_out_of_the_update(policy, episodes)
 
 
 def test_each_row_is_back_propagated_before_the_next_one_runs(policy, episodes) -> None:
-    """One row's activations at a time: the update's forward and backward passes alternate row by row."""
+    """One row's activations at a time: the update's forward and backward passes alternate row by
+    row. A row's pass runs without a graph ("pass"), then its final norm again with one from the
+    last layer's output ("forward"), whose backward carries on through the layers run again."""
     model = copy.deepcopy(policy[0])
     events: list[str] = []
     norm = model.get_decoder().norm  # every pass of the decoder, forward and backward, goes through it
-    norm.register_forward_hook(lambda *_: events.append("forward"))
+    norm.register_forward_hook(lambda *_: events.append("forward" if torch.is_grad_enabled() else "pass"))
     norm.register_full_backward_hook(lambda *_: events.append("backward"))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
@@ -156,7 +158,7 @@ def test_each_row_is_back_propagated_before_the_next_one_runs(policy, episodes) 
         model, None, optimizer, scheduler, episodes, grpo, group_size=GROUP, temperature=1.0, pad_token_id=0, max_len=16, max_grad_norm=None, shuffle_seed=7
     )
     rows = events.count("forward")
-    assert rows > 1 and events == ["forward", "backward"] * rows
+    assert rows > 1 and events == ["pass", "forward", "backward"] * rows
 
 
 def test_step_level_advantages_accumulate_over_micro_batches_like_the_one_batch_update(policy, episodes) -> None:
