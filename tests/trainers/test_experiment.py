@@ -131,7 +131,7 @@ def test_evaluations_decode_the_same_episodes_with_fewer_rows_at_once(finished, 
         path.unlink()
     # One row at a time instead of all of a split's episodes: the same bytes, and the folder takes the
     # other value (it changes memory, not results).
-    one_row = dataclasses.replace(config, output_dir=str(copy), evaluation=dataclasses.replace(config.evaluation, max_rows=1))
+    one_row = dataclasses.replace(config, output_dir=str(copy), evaluation=dataclasses.replace(config.evaluation, max_batch_size=1))
     run_experiment(one_row, log=lambda line: None)
     assert {path: path.read_bytes() for path in evaluations} == written
 

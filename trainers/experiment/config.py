@@ -68,7 +68,7 @@ class EvaluationSection:
         infra_retries: times an episode the machinery failed under is played again (see
             :meth:`agentgym.rollouts.runner.RolloutRunner.run`); one that still fails is left out of every
             arm's statistics and counted in ``infra_errors``.
-        max_rows: episodes decoded at once; more wait for a free row. Their key/value cache is
+        max_batch_size: episodes decoded at once; more wait for a free row. Their key/value cache is
             most of an evaluation process's memory (~46 KB a token for SmolLM2-135M in float32:
             ~2.9 GB for 64 rows of 1,000 tokens), so fewer rows need less memory and, on a CPU,
             little more time. The results do not depend on it (each row decodes on its own), so a
@@ -81,7 +81,7 @@ class EvaluationSection:
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     seed: int = 100_000
     infra_retries: Annotated[int, Field(ge=0)] = 1
-    max_rows: Annotated[int, Field(ge=1)] = 64
+    max_batch_size: Annotated[int, Field(ge=1)] = 64
 
 
 @config_dataclass("development section")

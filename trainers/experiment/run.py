@@ -177,7 +177,7 @@ def _memory_budget(config: ExperimentConfig, tasks: dict[str, list[str]]) -> Mem
     tokens = training.rollout.max_total_tokens or EPISODE_TOKENS
     rows_cap = inspect.signature(HFBackend).parameters["max_batch_size"].default
     train_rows = min(rows_cap, training.rollout.num_tasks * training.rollout.group_size)
-    eval_rows = min(config.evaluation.max_rows, max(len(ids) for ids in split_ids(tasks["eval"]).values()) * config.evaluation.trials)
+    eval_rows = min(config.evaluation.max_batch_size, max(len(ids) for ids in split_ids(tasks["eval"]).values()) * config.evaluation.trials)
     return MemoryBudget(available, footprint.training_peak(train_rows, tokens), footprint.evaluation_peak(eval_rows, tokens), limit)
 
 
@@ -354,7 +354,7 @@ def _record_config(config: ExperimentConfig, out: Path) -> None:
         # The choices' notes document the configuration; they do not change what runs.
         unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None}
         # Nor do the rows an evaluation decodes at once (memory, not results).
-        if {**_without_max_rows(recorded), **unchanged} != {**_without_max_rows(data), **unchanged}:
+        if {**_without_max_batch_size(recorded), **unchanged} != {**_without_max_batch_size(data), **unchanged}:
             raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
         dropped = [seed for seed in recorded["seeds"] if seed not in config.seeds]
         if dropped:
@@ -362,8 +362,8 @@ def _record_config(config: ExperimentConfig, out: Path) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
-def _without_max_rows(data: dict[str, Any]) -> dict[str, Any]:
-    evaluation = {key: value for key, value in data.get("evaluation", {}).items() if key != "max_rows"}
+def _without_max_batch_size(data: dict[str, Any]) -> dict[str, Any]:
+    evaluation = {key: value for key, value in data.get("evaluation", {}).items() if key != "max_batch_size"}
     return {**data, "evaluation": evaluation}
 
 
