@@ -286,7 +286,7 @@ def _evaluate(
     training = config_from_dict({**config.training, "env_id": config.env_id})
     policy, tokenizer = load_model(str(model) if model is not None else config.model, device=training.device)
     ev, r = config.evaluation, training.rollout
-    backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""), max_batch_size=ev.max_rows)
+    backend = HFBackend(policy, tokenizer, name=f"{arm}" + (f"/seed-{seed}" if seed is not None else ""), max_batch_size=ev.max_batch_size)
     records = []
     for split, task_ids in split_ids(tasks).items():
         # The trials of a task are the members of its group, each with its own environment seed,
