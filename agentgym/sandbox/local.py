@@ -77,6 +77,10 @@ _STAGING_CANDIDATES = ("/tmp", "/mnt", "/media", "/srv", "/opt")
 _log = logging.getLogger(__name__)
 
 
+_BASE = {"base": sys.base_prefix, "installed_base": sys.base_prefix, "platbase": sys.base_exec_prefix, "installed_platbase": sys.base_exec_prefix}
+"""sysconfig's installation variables of the base Python (the same as the defaults outside a virtual environment)."""
+
+
 def runtime_view(python: str | None = None) -> tuple[list[str], list[str]]:
     """What the sandbox sees of the host: paths bound read-only, and folders inside them masked.
 
@@ -87,8 +91,11 @@ def runtime_view(python: str | None = None) -> tuple[list[str], list[str]]:
     interpreter's ``site-packages``, so installed third-party packages stay invisible.
     """
     python = os.path.realpath(python or sys.executable)
-    stdlib = os.path.realpath(sysconfig.get_path("stdlib"))
-    platstdlib = os.path.realpath(sysconfig.get_path("platstdlib"))
+    # The base installation's paths, also in a virtual environment: the real interpreter (the
+    # venv's python links to it) runs on the base's library, and the venv's own lib folder holds
+    # nothing but its site-packages (binding it would show the venv's path, /home/... say).
+    stdlib = os.path.realpath(sysconfig.get_path("stdlib", vars=_BASE))
+    platstdlib = os.path.realpath(sysconfig.get_path("platstdlib", vars=_BASE))
     binaries = [python, *sorted(glob.glob(os.path.join(platstdlib, "lib-dynload", "*.so")))]
     expose = {python, stdlib, platstdlib, *(os.path.dirname(os.path.realpath(p)) for p in _shared_libraries(binaries))}
     if os.path.exists("/etc/ld.so.cache"):
@@ -97,8 +104,9 @@ def runtime_view(python: str | None = None) -> tuple[list[str], list[str]]:
     # links on those paths must exist in the view too.
     expose |= {p for p in _shared_libraries(binaries) if os.path.realpath(p) != p}
     mask = set()
-    for key in ("purelib", "platlib"):
-        site = os.path.realpath(sysconfig.get_path(key))
+    # The base's site-packages and, from a virtual environment, the venv's (whichever lie in the view).
+    for key, scheme in itertools.product(("purelib", "platlib"), ({}, _BASE)):
+        site = os.path.realpath(sysconfig.get_path(key, vars=scheme))
         if any(site.startswith(p + "/") for p in expose) and os.path.isdir(site):
             mask.add(site)
     # Real paths first, shorter first: a bound folder makes everything below it visible, and

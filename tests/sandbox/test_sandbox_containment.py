@@ -1,8 +1,11 @@
 """What sandboxed code cannot do: the attack catalogue's resource and escape attacks, run for real."""
 
 import fcntl
+import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -99,6 +102,21 @@ def test_host_files_are_invisible(sandbox, tmp_path):
     assert set(eval(lines[10])) <= allowed_top  # only the runtime's own top-level folders
     assert lines[11] == "['ld.so.cache'] ['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']"
     assert lines[12] == "['1']"  # only the sandbox's own process
+
+
+def test_from_a_virtual_environment_the_view_is_the_base_installations(tmp_path):
+    # A venv's python runs on the base installation's library: the view binds that, never the venv's
+    # own folders (their path would show where the project lives), and masks the base's
+    # site-packages as it does outside a venv (from a venv they used to stay visible).
+    venv = tmp_path / "project" / ".venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)], check=True, timeout=120)
+    script = "import json; from agentgym.sandbox.local import runtime_view; print(json.dumps(runtime_view()))"
+    # The venv sees the system's packages (agentgym among them) but not through the tree's own path.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", script], capture_output=True, text=True, check=True, timeout=120, env=env)
+    expose, mask = json.loads(done.stdout)
+    assert not [p for p in expose if p.startswith(str(tmp_path))]
+    assert [expose, mask] == [list(part) for part in runtime_view()]
 
 
 def test_secrets_in_the_hosts_environment_do_not_leak(local_backend, fast, monkeypatch):
