@@ -13,15 +13,17 @@ can encode, are replaced by U+FFFD (and reported, so the turn still counts as ma
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import reprlib
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from agentgym.records import OpenAIToolCall
 
-__all__ = ["UNPAIRED_SURROGATE", "ParsedAction", "ToolCall", "format_tool_call", "parse_action", "scrub_text"]
+__all__ = ["UNPAIRED_SURROGATE", "ParsedAction", "ToolCall", "format_tool_call", "parse_action", "parse_python", "scrub_text"]
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -190,3 +192,15 @@ def _short_repr(value: Any) -> str:
 def _preview(raw: str, limit: int = 120) -> str:
     raw = raw.strip()
     return raw if len(raw) <= limit else raw[:limit] + "..."
+
+
+_AST_LOCK = threading.Lock()
+
+
+def parse_python(source: str, filename: str = "<string>", mode: str = "exec") -> ast.AST:
+    """``ast.parse``, one call at a time in the process: CPython 3.11 keeps the recursion depth of
+    its AST-to-object conversion in interpreter-wide state, so two threads parsing at once can fail
+    with ``SystemError: AST constructor recursion depth mismatch`` (gh-106905, fixed in 3.12.4).
+    Environments parse in the runner's stepping threads (calculators) and while loading tasks."""
+    with _AST_LOCK:
+        return ast.parse(source, filename, mode)

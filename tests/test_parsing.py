@@ -89,3 +89,28 @@ def test_unpaired_surrogates_are_replaced_and_reported():
     assert len(message.errors) == 1
     for parsed in (text, message):  # everything that leaves the parser encodes
         json.dumps([parsed.content, [c.to_openai() for c in parsed.tool_calls], parsed.errors], ensure_ascii=False).encode("utf-8")
+
+
+def test_python_source_parses_from_many_threads_at_once() -> None:
+    # CPython 3.11 fails concurrent ast.parse calls now and then (gh-106905); environments parse in
+    # the runner's stepping threads, so parse_python takes them one at a time.
+    import threading
+
+    from agentgym.parsing import parse_python
+
+    deep = "(" * 40 + "1" + ")" * 40 + " + [[[[2]]]]"
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(300):
+                parse_python(deep, mode="eval")
+        except BaseException as exc:  # noqa: BLE001  (any failure is what this test looks for)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []

@@ -593,7 +593,11 @@ def _play_round(backend: Any, config: TrainConfig, pool: Sequence[str], step: in
     episodes = run_rollouts(backend, rollout_config(config, tasks, seed=rollout_seed), progress=display.episodes("rollouts"))
     # The update needs the memory the rollouts' key/value buffers hold (the next round starts from
     # an empty cache anyway): the whole batch's, as large as the weights, kept until the next step.
-    backend.clear_cache()
+    # The trainer's own backend holds them (_backend); a backend given in its place may hold none.
+    from agentgym.models.hf import HFBackend
+
+    if isinstance(backend, HFBackend):
+        backend.clear_cache()
     return_freed_memory()
     return episodes
 

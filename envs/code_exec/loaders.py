@@ -20,8 +20,9 @@ import json
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+from agentgym.parsing import parse_python
 from agentgym.sandbox.grading import AssertTests, CheckTests, FunctionTests, IOCase, TestSpec
 
 __all__ = ["grading_spec", "load_tasks", "normalise", "read_records"]
@@ -141,7 +142,7 @@ def _parse(source: str) -> ast.Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # dataset code has old-style escapes; not ours to fix
         try:
-            return ast.parse(source)
+            return cast(ast.Module, parse_python(source))
         except SyntaxError as exc:
             raise ValueError(f"MBPP task code does not parse: {exc}") from None
 

@@ -14,6 +14,9 @@ import ast
 import math
 import operator
 from collections.abc import Callable
+from typing import cast
+
+from agentgym.parsing import parse_python
 
 __all__ = ["CalculatorError", "calculate", "evaluate"]
 
@@ -89,7 +92,7 @@ def evaluate(expression: str) -> Number:
     if len(text) > MAX_CHARS:
         raise CalculatorError(f"the expression is {len(text)} characters long; the limit is {MAX_CHARS}")
     try:
-        tree = ast.parse(text, mode="eval")
+        tree = cast(ast.Expression, parse_python(text, mode="eval"))
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         detail = exc.msg if isinstance(exc, SyntaxError) else str(exc) if isinstance(exc, ValueError) else "too deeply nested"
         raise CalculatorError(f"cannot parse the expression: {detail}") from None

@@ -23,9 +23,10 @@ import ast
 import json
 import operator
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from agentgym.envs.tau_retail.data import Record, RetailDB
+from agentgym.parsing import parse_python
 from agentgym.tools import ToolError, tool, tools_of
 
 __all__ = ["TERMINATE_TOOLS", "WRITE_TOOLS", "RetailTools", "calculate_expression", "replay_ground_truth"]
@@ -438,7 +439,7 @@ def calculate_expression(expression: str) -> str:
     if not all(char in _CALCULATOR_CHARACTERS for char in expression):
         raise ToolError("invalid characters in expression")
     try:
-        value = _evaluate(ast.parse(expression.strip(" "), filename="<string>", mode="eval").body)
+        value = _evaluate(cast(ast.Expression, parse_python(expression.strip(" "), mode="eval")).body)
         return str(round(float(value), 2))
     except (SyntaxError, ArithmeticError, TypeError, ValueError, RecursionError) as exc:
         raise ToolError(str(exc)) from None

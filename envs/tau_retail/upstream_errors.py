@@ -30,9 +30,10 @@ import inspect
 import operator
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from agentgym.envs.tau_retail import tools as default_tools
+from agentgym.parsing import parse_python
 from agentgym.tools import Tool, ToolError
 
 __all__ = ["ERROR_MODES", "MAX_INT_BITS", "binding_error", "calculate", "unknown_action"]
@@ -104,7 +105,7 @@ def _syntax_tree(expression: str) -> ast.expr:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SyntaxWarning)
         compile(source, "<string>", "eval", dont_inherit=True)
-    return ast.parse(source, "<string>", "eval").body
+    return cast(ast.Expression, parse_python(source, mode="eval")).body
 
 
 def _evaluate(root: ast.expr) -> Any:
