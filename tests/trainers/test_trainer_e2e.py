@@ -16,12 +16,25 @@ from agentgym.cli import sft as sft_command
 from agentgym.cli import train as train_command
 from agentgym.models import load_model, resolve_model_path
 from agentgym.trainers.checkpoint import latest_checkpoint
-from agentgym.trainers.config import load_config
+from agentgym.trainers.config import TrainConfig, load_config
 from agentgym.trainers.diagnostics import read_metrics
 from agentgym.trainers.modeling import TrainerError, add_lora
 from agentgym.trainers.trainer import train
 
 QUIET = {"logging.progress": False, "logging.tensorboard": False, "logging.plots": False}
+
+
+def _tiny_run(tiny_model_dir, tmp_path, overrides: dict) -> TrainConfig:
+    """A quiet run of the toy environment with the tiny model in ``tmp_path/run``, two groups of two."""
+    base = {
+        "env_id": TOY_ENV,
+        "model": str(tiny_model_dir),
+        "device": "cpu",
+        "output_dir": str(tmp_path / "run"),
+        "rollout.num_tasks": 2,
+        "rollout.group_size": 2,
+    }
+    return load_config(overrides={**base, **overrides, **QUIET})
 
 
 def test_one_sft_step_and_one_grpo_step_with_the_default_model(tmp_path) -> None:
@@ -67,14 +80,10 @@ def test_one_sft_step_and_one_grpo_step_with_the_default_model(tmp_path) -> None
 
 def test_lora_trains_adapters_only_and_exports_a_merged_model(tiny_model_dir, tmp_path) -> None:
     pytest.importorskip("peft")
-    config = load_config(
-        overrides={
-            "env_id": TOY_ENV,
-            "model": str(tiny_model_dir),
-            "device": "cpu",
-            "output_dir": str(tmp_path / "run"),
-            "rollout.num_tasks": 2,
-            "rollout.group_size": 2,
+    config = _tiny_run(
+        tiny_model_dir,
+        tmp_path,
+        {
             "rollout.max_new_tokens": 6,
             "sft.steps": 1,
             "sft.batch_size": 2,
@@ -86,8 +95,7 @@ def test_lora_trains_adapters_only_and_exports_a_merged_model(tiny_model_dir, tm
             "lora.alpha": 8,
             "eval.num_tasks": 1,
             "checkpoint.keep_when_done": True,  # the checkpoint and sft_model/ are read below
-            **QUIET,
-        }
+        },
     )
     train(config)
     saved = load_file(str(latest_checkpoint(tmp_path / "run") / "weights.safetensors"))
@@ -215,14 +223,10 @@ def test_filtered_updates_keep_their_place_in_the_learning_rate_schedule(tiny_mo
 
     # Every episode of a task gets the same reward: every group is degenerate, every update dropped.
     monkeypatch.setattr(LettersEnv, "compute_reward", lambda self: RewardResult(len(self.task["word"]) / 10, "constant", {}, False))
-    config = load_config(
-        overrides={
-            "env_id": TOY_ENV,
-            "model": str(tiny_model_dir),
-            "device": "cpu",
-            "output_dir": str(tmp_path / "run"),
-            "rollout.num_tasks": 2,
-            "rollout.group_size": 2,
+    config = _tiny_run(
+        tiny_model_dir,
+        tmp_path,
+        {
             "rollout.max_new_tokens": 2,
             "grpo.steps": 2,
             "grpo.mini_batch_size": 2,
@@ -230,8 +234,7 @@ def test_filtered_updates_keep_their_place_in_the_learning_rate_schedule(tiny_mo
             "optim.schedule": "linear",
             "eval.num_tasks": 1,
             "checkpoint.keep_when_done": True,  # the checkpoint is read below
-            **QUIET,
-        }
+        },
     )
     train(config)
     rows = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["phase"] == "grpo"]
@@ -246,22 +249,10 @@ def test_a_finished_run_keeps_one_model_and_reports_its_folder_size(tiny_model_d
 
     from agentgym.trainers.checkpoint import folder_bytes
 
-    config = load_config(
-        overrides={
-            "env_id": TOY_ENV,
-            "model": str(tiny_model_dir),
-            "device": "cpu",
-            "output_dir": str(tmp_path / "run"),
-            "rollout.num_tasks": 2,
-            "rollout.group_size": 2,
-            "rollout.max_new_tokens": 4,
-            "sft.steps": 1,
-            "sft.batch_size": 2,
-            "grpo.steps": 1,
-            "eval.enabled": False,
-            "checkpoint.every": 1,
-            **QUIET,
-        }
+    config = _tiny_run(
+        tiny_model_dir,
+        tmp_path,
+        {"rollout.max_new_tokens": 4, "sft.steps": 1, "sft.batch_size": 2, "grpo.steps": 1, "eval.enabled": False, "checkpoint.every": 1},
     )
     result = train(config, console=Console(file=None, stderr=False))
     run = tmp_path / "run"
@@ -323,20 +314,7 @@ def test_the_update_runs_without_the_rollouts_key_value_buffers(tiny_model_dir, 
         return episodes
 
     monkeypatch.setattr(trainer, "run_rollouts", run_rollouts)
-    config = load_config(
-        overrides={
-            "env_id": TOY_ENV,
-            "model": str(tiny_model_dir),
-            "device": "cpu",
-            "output_dir": str(tmp_path / "run"),
-            "rollout.num_tasks": 2,
-            "rollout.group_size": 2,
-            "rollout.max_new_tokens": 4,
-            "grpo.steps": 2,
-            "eval.enabled": False,
-            **QUIET,
-        }
-    )
+    config = _tiny_run(tiny_model_dir, tmp_path, {"rollout.max_new_tokens": 4, "grpo.steps": 2, "eval.enabled": False})
     train(config)
     assert len(peaks) == 2 and all(peak > 0 for peak in peaks)  # the rollouts did fill buffers
     assert held == [0, 0]
