@@ -156,6 +156,30 @@ def test_more_seeds_extend_a_finished_run_and_keep_its_phases(finished, tmp_path
         run_experiment(dataclasses.replace(config, seeds=(0, 1, 2), jobs=2, output_dir=str(extended)), log=lambda line: None)
 
 
+def test_more_arms_extend_a_finished_run_from_its_sft_models(finished, tmp_path) -> None:
+    # An exploration arm tried after the fact trains from the SFT models already in the folder; no
+    # finished phase runs again, and an existing arm may not be changed or left out.
+    config, out, summary, _ = finished
+    extended = tmp_path / "extended"
+    shutil.copytree(out, extended)
+    kept = {path: path.stat().st_mtime_ns for path in extended.rglob("*") if path.is_file() and path.name in ("eval.jsonl", "report.md")}
+    hot = {"rollout": {"temperature": 1.5}}
+    more = run_experiment(dataclasses.replace(config, ablations={**config.ablations, "hot": hot}, output_dir=str(extended)), log=lambda line: None)
+    assert {path: path.stat().st_mtime_ns for path in kept} == kept
+    for seed in config.seeds:
+        assert len(read_jsonl(extended / "hot" / f"seed-{seed}" / "eval.jsonl")) == 2 * 2
+        hot_run = yaml.safe_load((extended / "hot" / f"seed-{seed}" / "run" / "config.yaml").read_text())
+        assert hot_run["model"].endswith(f"sft/seed-{seed}/run/model") and hot_run["rollout"]["temperature"] == 1.5
+    assert {arm: more["arms"][arm] for arm in summary["arms"]} == summary["arms"]
+    assert more["arms"]["hot"]["n"] == 2 * 2 * 2 and "hot" in (extended / "results.md").read_text()
+    assert set(yaml.safe_load((extended / "experiment.yaml").read_text())["ablations"]) == {"env_tokens_in_loss", "hot"}
+    with pytest.raises(ConfigError, match=r"ablation arms \['hot'\] are configured otherwise or missing"):
+        run_experiment(dataclasses.replace(config, output_dir=str(extended)), log=lambda line: None)
+    with pytest.raises(ConfigError, match=r"ablation arms \['hot'\] are configured otherwise or missing"):
+        changed = {**config.ablations, "hot": {"rollout": {"temperature": 1.2}}}
+        run_experiment(dataclasses.replace(config, ablations=changed, output_dir=str(extended)), log=lambda line: None)
+
+
 def test_phases_in_worker_processes_give_the_same_results(finished, tmp_path) -> None:
     # jobs: 2 runs two phases at a time in spawned workers (the toy environment's registration
     # travels with them); the per-phase work is the same, so are the written episodes.

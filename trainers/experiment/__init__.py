@@ -28,7 +28,10 @@ Every evaluation plays each evaluation task ``trials`` times with different envi
 (different faults, when the environment has them), greedily, and every arm sees exactly the same
 (task, environment seed) pairs, so arms are compared pair by pair. Everything derives from the
 seeds: rerunning the command reproduces the numbers. An interrupted run resumes where it stopped
-(finished phases are kept; an interrupted training phase resumes from its last checkpoint).
+(finished phases are kept; an interrupted training phase resumes from its last checkpoint). A
+finished results folder takes more seeds and more ablation arms: an arm added later trains from
+the SFT models already there, so trying an exploration option on a finished run costs only its
+own GRPO phases and evaluations (an existing arm may not be changed or left out).
 
 Files (``output_dir``): ``experiment.yaml`` (the configuration), ``tasks.json`` (the task ids of
 each role), ``<arm>/seed-<s>/run/`` (the trainer's run folder; its checkpoints are deleted once

@@ -343,22 +343,27 @@ def _faults(info: Mapping[str, Any]) -> int:
 
 def _record_config(config: ExperimentConfig, out: Path) -> None:
     """Write ``experiment.yaml``; a folder holding another experiment is refused, except that more
-    seeds may be added to it (its finished phases are the new configuration's phases for those seeds)."""
+    seeds and more ablation arms may be added to it (its finished phases are the new configuration's
+    phases for those seeds and arms: an arm added later trains from the SFT models already there)."""
     import yaml
 
     path = out / "experiment.yaml"
     data = json.loads(json.dumps(dataclasses.asdict(config)))
     if path.is_file():
         recorded = yaml.safe_load(path.read_text(encoding="utf-8"))
-        # Where the folder is (it may have been moved) and its seeds aside, the configuration must be the same.
+        # Where the folder is (it may have been moved), its seeds and its arms aside, the configuration must be the same.
         # The choices' notes document the configuration; they do not change what runs.
-        unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None}
+        unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None, "ablations": None}
         # Nor do the rows an evaluation decodes at once (memory, not results).
         if {**_without_max_batch_size(recorded), **unchanged} != {**_without_max_batch_size(data), **unchanged}:
             raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
         dropped = [seed for seed in recorded["seeds"] if seed not in config.seeds]
         if dropped:
             raise ConfigError(f"{out} holds an experiment with seeds {recorded['seeds']}; seeds may be added to it, not left out (missing: {dropped})")
+        arms = recorded.get("ablations") or {}
+        changed = sorted(arm for arm, overrides in arms.items() if data["ablations"].get(arm) != overrides)
+        if changed:
+            raise ConfigError(f"{out} holds an experiment whose ablation arms {changed} are configured otherwise or missing; arms may be added to it, not changed or left out")
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
