@@ -363,7 +363,9 @@ def _record_config(config: ExperimentConfig, out: Path) -> None:
         arms = recorded.get("ablations") or {}
         changed = sorted(arm for arm, overrides in arms.items() if data["ablations"].get(arm) != overrides)
         if changed:
-            raise ConfigError(f"{out} holds an experiment whose ablation arms {changed} are configured otherwise or missing; arms may be added to it, not changed or left out")
+            raise ConfigError(
+                f"{out} holds an experiment whose ablation arms {changed} are configured otherwise or missing; arms may be added to it, not changed or left out"
+            )
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
 
 
