@@ -44,8 +44,8 @@ class _Alias(importlib.abc.Loader):
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         where = " and ".join(self.targets)
-        # stacklevel: past the import machinery, to the importing line where the interpreter can tell.
-        warnings.warn(f"{spec.name} is deprecated: import from {where} (the old path goes in the next release)", DeprecationWarning, stacklevel=8)
+        # stacklevel 2 is the importing line: past this frame, warnings skips the import machinery's frames.
+        warnings.warn(f"{spec.name} is deprecated: import from {where} (the old path goes in the next release)", DeprecationWarning, stacklevel=2)
         modules = [importlib.import_module(target) for target in self.targets]
         if len(modules) == 1:
             return modules[0]

@@ -86,3 +86,12 @@ def test_the_new_paths_import_without_a_warning() -> None:
         exec("from agentgym.rollouts import ChatRenderer, RolloutConfig, Trajectory, evaluate, read_records, rollout", {})
         exec("from agentgym.offline import render_html, validate", {})
         exec("from agentgym.models import DEFAULT_MODEL, GenerationBackend, create_backend", {})
+
+
+def test_a_moved_module_warning_points_at_the_importing_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "agentgym.runner", raising=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        import agentgym.runner  # noqa: F401
+    (warning,) = [w for w in caught if issubclass(w.category, DeprecationWarning)]
+    assert warning.filename == __file__
