@@ -19,7 +19,15 @@ from processes import alive, children_of, cmdline
 from agentgym.rollouts.evaluation import paired_bootstrap, pass_hat_k, wilson_interval
 from agentgym.rollouts.io import read_jsonl
 from agentgym.trainers.config import ConfigError
-from agentgym.trainers.experiment import EvaluationSection, ExperimentConfig, TaskPick, load_experiment, run_experiment, summarize_experiment
+from agentgym.trainers.experiment import (
+    DevelopmentSection,
+    EvaluationSection,
+    ExperimentConfig,
+    TaskPick,
+    load_experiment,
+    run_experiment,
+    summarize_experiment,
+)
 from agentgym.trainers.experiment.report import _examples
 from agentgym.trainers.experiment.run import _Phase, _startable
 
@@ -164,7 +172,11 @@ def test_more_arms_extend_a_finished_run_from_its_sft_models(finished, tmp_path)
     shutil.copytree(out, extended)
     kept = {path: path.stat().st_mtime_ns for path in extended.rglob("*") if path.is_file() and path.name in ("eval.jsonl", "report.md")}
     hot = {"rollout": {"temperature": 1.5}}
-    more = run_experiment(dataclasses.replace(config, ablations={**config.ablations, "hot": hot}, output_dir=str(extended)), log=lambda line: None)
+    # Another file may extend the folder: its own development section and choices document it.
+    development = DevelopmentSection(seeds=(7,), evaluation_tasks=TaskPick(splits=("val",)))
+    more = run_experiment(
+        dataclasses.replace(config, ablations={**config.ablations, "hot": hot}, development=development, output_dir=str(extended)), log=lambda line: None
+    )
     assert {path: path.stat().st_mtime_ns for path in kept} == kept
     for seed in config.seeds:
         assert len(read_jsonl(extended / "hot" / f"seed-{seed}" / "eval.jsonl")) == 2 * 2

@@ -352,8 +352,9 @@ def _record_config(config: ExperimentConfig, out: Path) -> None:
     if path.is_file():
         recorded = yaml.safe_load(path.read_text(encoding="utf-8"))
         # Where the folder is (it may have been moved), its seeds and its arms aside, the configuration must be the same.
-        # The choices' notes document the configuration; they do not change what runs.
-        unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None, "ablations": None}
+        # The choices' notes and the development section document the configuration; they do not
+        # change what a reported run runs (another file's arms may extend a folder: same protocol).
+        unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None, "ablations": None, "development": None}
         # Nor do the rows an evaluation decodes at once (memory, not results).
         if {**_without_max_batch_size(recorded), **unchanged} != {**_without_max_batch_size(data), **unchanged}:
             raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
