@@ -10,6 +10,7 @@ import pickle
 import re
 import shutil
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import yaml
@@ -385,16 +386,14 @@ def test_several_configurations_give_one_combined_report(finished, tmp_path, cap
     assert one.run(one) == 2 and "--report is the combined report" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(
-    "name",
-    ["learning_cpu.yaml", "learning_gpu.yaml", "learning_gpu_135m.yaml", "learning_mockapi_cpu.yaml", "learning_refund_cpu.yaml", "exploration_gpu_135m.yaml"],
-)
-def test_the_shipped_experiment_configs_load(name, tmp_path) -> None:
-    from pathlib import Path
+_SHIPPED_EXPERIMENTS = Path(__file__).resolve().parents[2] / "trainers" / "configs" / "experiments"
 
+
+@pytest.mark.parametrize("name", sorted(path.name for path in _SHIPPED_EXPERIMENTS.glob("*.yaml")))
+def test_the_shipped_experiment_configs_load(name, tmp_path) -> None:
     from agentgym.trainers.experiment.config import GRPO, train_config_for
 
-    path = Path(__file__).resolve().parents[2] / "trainers" / "configs" / "experiments" / name
+    path = _SHIPPED_EXPERIMENTS / name
     config = load_experiment(path)
     assert len(config.seeds) >= 3 and config.evaluation.trials >= 2 and config.ablations
     # Demonstrations without faults, otherwise shown as evaluation shows the tasks (the same schema, say).
