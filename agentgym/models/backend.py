@@ -43,6 +43,12 @@ class SamplingParams:
         stop: strings that end the completion; the tokens that complete one are kept in the output.
         stop_token_ids: token ids that end the completion (kept in the output), in addition to the
             model's end-of-sequence ids.
+        opening_tokens: how many tokens at the start of the completion are sampled at
+            ``opening_temperature`` instead of ``temperature`` (0, the default: none). Exploration
+            aimed at a decision made in a turn's first tokens (which tool to call), while the rest
+            of the turn is sampled as usual. The in-process backends (``hf``, its key/value engine)
+            support it; the others refuse it.
+        opening_temperature: the temperature of the opening tokens (set with ``opening_tokens``).
     """
 
     temperature: float = 1.0
@@ -51,10 +57,18 @@ class SamplingParams:
     seed: int = 0
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
+    opening_tokens: int = 0
+    opening_temperature: float | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.opening_tokens < 0:
+            raise ValueError(f"opening_tokens must be >= 0, got {self.opening_tokens}")
+        if (self.opening_tokens > 0) != (self.opening_temperature is not None):
+            raise ValueError("opening_tokens and opening_temperature go together: set both or neither")
+        if self.opening_temperature is not None and self.opening_temperature < 0:
+            raise ValueError(f"opening_temperature must be >= 0, got {self.opening_temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
@@ -63,6 +77,12 @@ class SamplingParams:
             raise ValueError("stop must be a tuple of strings, not a single string")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must be non-empty")
+
+    def temperature_at(self, sampled: int) -> float:
+        """The temperature of the completion's next token, after ``sampled`` tokens."""
+        if self.opening_temperature is not None and sampled < self.opening_tokens:
+            return self.opening_temperature
+        return self.temperature
 
 
 @dataclass(frozen=True)
@@ -169,14 +189,19 @@ def as_streaming(backend: GenerationBackend) -> StreamingBackend:
     return LockstepStream(backend)
 
 
-def per_prompt_params(prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], vocab_size: int) -> list[SamplingParams]:
-    """Validate a generate() call and return one :class:`SamplingParams` per prompt."""
+def per_prompt_params(
+    prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], vocab_size: int, *, opening: bool = False
+) -> list[SamplingParams]:
+    """Validate a generate() call and return one :class:`SamplingParams` per prompt. ``opening``:
+    whether the backend samples ``opening_tokens`` at their own temperature (else they are refused)."""
     if isinstance(params, SamplingParams):
         expanded = [params] * len(prompts)
     else:
         expanded = list(params)
         if len(expanded) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(expanded)} sampling params")
+    if not opening and any(p.opening_tokens for p in expanded):
+        raise ValueError("this backend samples a completion at one temperature: opening_tokens (rollout.error_temperature_tokens) needs the hf backend")
     for i, prompt in enumerate(prompts):
         if len(prompt) == 0:
             raise ValueError(f"prompt {i} is empty")

@@ -426,7 +426,7 @@ class KVEngine:
     def _first_token(self, request: _Request, logits: torch.Tensor) -> None:
         ids, lps = sample_next(
             logits[None],
-            torch.tensor([request.params.temperature], device=logits.device),
+            torch.tensor([request.params.temperature_at(0)], device=logits.device),
             torch.tensor([request.params.top_p], device=logits.device),
             [request.generator],
         )
@@ -511,7 +511,7 @@ class KVEngine:
         index = torch.tensor([i for i, a in enumerate(active) if a], device=logits.device)
         ids, lps = sample_next(
             logits[index],
-            torch.tensor([q.params.temperature for q in live], device=logits.device),
+            torch.tensor([q.params.temperature_at(len(q.token_ids)) for q in live], device=logits.device),
             torch.tensor([q.params.top_p for q in live], device=logits.device),
             [q.generator for q in live],
         )

@@ -92,7 +92,7 @@ class HFBackend:
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """Sample one completion per prompt."""
-        expanded = per_prompt_params(prompts, params, self._vocab_rows)
+        expanded = per_prompt_params(prompts, params, self._vocab_rows, opening=True)
         if not self.reuse_cache:
             return self._generate_from_scratch(prompts, expanded)
         if self.engine.in_flight:
@@ -107,7 +107,7 @@ class HFBackend:
 
     def submit(self, key: Hashable, prompt: Sequence[int], params: SamplingParams) -> None:
         """Queue one request; :meth:`advance` returns its generation under ``key``."""
-        per_prompt_params([prompt], params, self._vocab_rows)
+        per_prompt_params([prompt], params, self._vocab_rows, opening=True)
         if self.reuse_cache:
             self.engine.submit(key, prompt, params)
         else:
@@ -166,7 +166,6 @@ class HFBackend:
             input_ids[i, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
             attention[i, width - len(prompt) :] = 1
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
-        temperature = torch.tensor([p.temperature for p in params], device=device)
         top_p = torch.tensor([p.top_p for p in params], device=device)
         active = list(range(len(rows)))
         keyword = cache_keyword(self.model)
@@ -174,6 +173,7 @@ class HFBackend:
         while True:
             output = self.model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1, **{keyword: cache})
             cache = getattr(output, keyword)
+            temperature = torch.tensor([rows[i].params.temperature_at(len(rows[i].token_ids)) for i in active], device=device)
             ids, lps = sample_next(output.logits[:, -1, :], temperature, top_p, [rows[i].generator for i in active])
             keep: list[int] = []
             for j, i in enumerate(active):
@@ -189,7 +189,7 @@ class HFBackend:
                 index = torch.tensor(keep, device=device)
                 cache.batch_select_indices(index)
                 attention, positions = attention[index], positions[index]
-                temperature, top_p = temperature[index], top_p[index]
+                top_p = top_p[index]
                 active = [active[j] for j in keep]
             input_ids = torch.tensor([[rows[i].token_ids[-1]] for i in active], device=device)
             attention = torch.cat([attention, attention.new_ones((len(active), 1))], dim=-1)

@@ -29,7 +29,7 @@ How an episode is played — its budgets and sampling — is one :class:`Rollout
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import gymnasium as gym
@@ -209,20 +209,29 @@ class TokenEpisode:
         return min(self.settings.max_new_tokens, self.max_total_tokens - len(self._builder) - 1)
 
     def sampling_params(self, seed: int) -> SamplingParams:
-        """The request for the next turn: the settings' sampling, :meth:`room` tokens, ending at end of turn."""
+        """The request for the next turn: the settings' sampling, :meth:`room` tokens, ending at end of turn.
+
+        Right after a step with a failed tool call, ``error_temperature`` replaces ``temperature``:
+        for the whole turn, or for its first ``error_temperature_tokens`` tokens.
+        """
         self._expect("generate")
         self._seed = seed
-        return SamplingParams(
-            temperature=self.turn_temperature(), top_p=self.settings.top_p, max_new_tokens=self.room(), seed=seed, stop_token_ids=(self.renderer.eot_token_id,)
+        settings = self.settings
+        params = SamplingParams(
+            temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=self.room(), seed=seed, stop_token_ids=(self.renderer.eot_token_id,)
         )
+        if settings.error_temperature is None or not self.after_error():
+            return params
+        if settings.error_temperature_tokens is None:
+            return replace(params, temperature=settings.error_temperature)
+        return replace(params, opening_tokens=settings.error_temperature_tokens, opening_temperature=settings.error_temperature)
 
-    def turn_temperature(self) -> float:
-        """The next turn's sampling temperature: ``error_temperature`` right after a step with a failed
-        tool call (its ``info["turn_tool_errors"]`` above 0), else ``temperature``."""
-        if self.settings.error_temperature is None or not self.turns:
-            return self.settings.temperature
+    def after_error(self) -> bool:
+        """Whether the last step had a failed tool call (its ``info["turn_tool_errors"]`` above 0)."""
+        if not self.turns:
+            return False
         info = cast(Mapping[str, Any], self.turns[-1]["info"])  # a StepInfo, or a StepError without the count
-        return self.settings.error_temperature if int(info.get("turn_tool_errors", 0)) > 0 else self.settings.temperature
+        return int(info.get("turn_tool_errors", 0)) > 0
 
     # -- playing ----------------------------------------------------------------------------
 

@@ -118,6 +118,11 @@ class RolloutSettings:
             almost never gets right after an error (retrying a transient fault, say) is sampled
             from a flatter distribution there, and only there. The loss still scores every token
             at ``temperature``.
+        error_temperature_tokens: how many tokens at the start of that turn take
+            ``error_temperature``, the rest ``temperature`` (``None``, the default: the whole turn).
+            The decision after an error (retry, or give up) is made in a turn's first tokens (the
+            call's opening and its first argument's name); a whole turn at a high temperature also
+            garbles the call's arguments. Needs the ``hf`` backend.
         top_p: nucleus mass in (0, 1].
         template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
         tool_mode: how tools are shown to the model (see :class:`agentgym.rollouts.chat.ChatRenderer`).
@@ -130,12 +135,17 @@ class RolloutSettings:
     error_temperature: float | None = setting(
         None, help="sampling temperature of a turn that follows a failed tool call (exploration for training)", above=0, unset="the temperature"
     )
+    error_temperature_tokens: int | None = setting(
+        None, help="tokens at the start of that turn sampled at the error temperature, the rest at the temperature", min=1, unset="the whole turn"
+    )
     top_p: float = setting(1.0, help="nucleus sampling mass in (0, 1]", above=0, max=1)
     template_kwargs: Mapping[str, Any] = setting(help='extra chat-template variables, e.g. {"enable_thinking": false}', default_factory=dict)
     tool_mode: ToolMode = setting("auto", help="how tools are shown to the model", choices=get_args(ToolMode))
 
     def __post_init__(self) -> None:
         check_settings(self)
+        if self.error_temperature_tokens is not None and self.error_temperature is None:
+            raise ValueError("error_temperature_tokens needs error_temperature (the temperature of those tokens)")
 
     def renderer(self, tokenizer: Any, tools: Sequence[Mapping[str, Any]]) -> ChatRenderer:
         """The chat renderer these settings describe, for ``tokenizer`` and an environment's tools."""

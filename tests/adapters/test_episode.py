@@ -137,3 +137,23 @@ def test_error_temperature_applies_only_to_the_turn_after_a_failed_tool_call(tin
     assert RolloutSettings(temperature=0.7).error_temperature is None
     with pytest.raises(ValueError, match="error_temperature"):
         RolloutSettings(error_temperature=0.0)
+
+
+def test_error_temperature_tokens_heat_only_the_opening_of_the_turn_after_a_failed_call(tiny_tokenizer: Any) -> None:
+    import gymnasium as gym
+
+    env = gym.make("agentgym/SQL-v0", split="train", fault_rate=1.0, max_consecutive_faults=1)
+    opening, _ = env.reset(seed=0)
+    settings = RolloutSettings(max_new_tokens=512, temperature=0.7, error_temperature=2.0, error_temperature_tokens=8)
+    episode = TokenEpisode(env, opening, settings.renderer(tiny_tokenizer, env.unwrapped.tools), settings)
+    call = '<tool_call>{"name": "sql", "arguments": {"query": "SELECT 1"}}</tool_call>'
+    first = episode.sampling_params(seed=0)
+    assert (first.temperature, first.opening_tokens, first.opening_temperature) == (0.7, 0, None)
+    episode.play_turn(tiny_tokenizer(call, add_special_tokens=False)["input_ids"])  # the seeded fault
+    after = episode.sampling_params(seed=1)
+    assert (after.temperature, after.opening_tokens, after.opening_temperature) == (0.7, 8, 2.0)
+    assert [after.temperature_at(n) for n in (0, 7, 8, 30)] == [2.0, 2.0, 0.7, 0.7]
+    with pytest.raises(ValueError, match="error_temperature_tokens needs error_temperature"):
+        RolloutSettings(error_temperature_tokens=8)
+    with pytest.raises(ValueError, match="error_temperature_tokens"):
+        RolloutSettings(error_temperature=2.0, error_temperature_tokens=0)

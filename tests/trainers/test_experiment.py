@@ -186,9 +186,10 @@ def test_more_arms_extend_a_finished_run_from_its_sft_models(finished, tmp_path)
     assert {arm: more["arms"][arm] for arm in summary["arms"]} == summary["arms"]
     assert more["arms"]["hot"]["n"] == 2 * 2 * 2 and "hot" in (extended / "results.md").read_text()
     assert set(yaml.safe_load((extended / "experiment.yaml").read_text())["ablations"]) == {"env_tokens_in_loss", "hot"}
-    with pytest.raises(ConfigError, match=r"ablation arms \['hot'\] are configured otherwise or missing"):
-        run_experiment(dataclasses.replace(config, output_dir=str(extended)), log=lambda line: None)
-    with pytest.raises(ConfigError, match=r"ablation arms \['hot'\] are configured otherwise or missing"):
+    # A configuration that does not list an arm the folder has leaves it there, as configured.
+    again = run_experiment(dataclasses.replace(config, ablations={}, output_dir=str(extended)), log=lambda line: None)
+    assert again["arms"] == more["arms"] and yaml.safe_load((extended / "experiment.yaml").read_text())["ablations"]["hot"] == hot
+    with pytest.raises(ConfigError, match=r"ablation arms \['hot'\] are configured otherwise"):
         changed = {**config.ablations, "hot": {"rollout": {"temperature": 1.2}}}
         run_experiment(dataclasses.replace(config, ablations=changed, output_dir=str(extended)), log=lambda line: None)
 

@@ -31,7 +31,8 @@ seeds: rerunning the command reproduces the numbers. An interrupted run resumes 
 (finished phases are kept; an interrupted training phase resumes from its last checkpoint). A
 finished results folder takes more seeds and more ablation arms: an arm added later trains from
 the SFT models already there, so trying an exploration option on a finished run costs only its
-own GRPO phases and evaluations (an existing arm may not be changed or left out).
+own GRPO phases and evaluations. Arms the folder has stay in it even when a configuration does
+not list them; an existing arm may not be configured otherwise.
 
 Files (``output_dir``): ``experiment.yaml`` (the configuration), ``tasks.json`` (the task ids of
 each role), ``<arm>/seed-<s>/run/`` (the trainer's run folder; its checkpoints are deleted once

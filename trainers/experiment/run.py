@@ -34,7 +34,7 @@ def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = pri
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = _tasks(config, out)
-    _record_config(config, out)
+    config = _record_config(config, out)
     _record_commit(out)
 
     # The protocol as phases, each after the one it starts from.
@@ -293,7 +293,7 @@ def _evaluate(
         # so one batch holds every episode of the split.
         # The training rollouts' settings (budgets, chat template), sampled at the evaluation's
         # temperature from the whole distribution: no nucleus, no error temperature.
-        settings = {**settings_of(r), "temperature": ev.temperature, "error_temperature": None, "top_p": 1.0}
+        settings = {**settings_of(r), "temperature": ev.temperature, "error_temperature": None, "error_temperature_tokens": None, "top_p": 1.0}
         rollout = RolloutConfig(
             config.env_id,
             split=split,
@@ -341,10 +341,12 @@ def _faults(info: Mapping[str, Any]) -> int:
     return int(info.get("faults", info.get("faults_injected", 0)))
 
 
-def _record_config(config: ExperimentConfig, out: Path) -> None:
-    """Write ``experiment.yaml``; a folder holding another experiment is refused, except that more
-    seeds and more ablation arms may be added to it (its finished phases are the new configuration's
-    phases for those seeds and arms: an arm added later trains from the SFT models already there)."""
+def _record_config(config: ExperimentConfig, out: Path) -> ExperimentConfig:
+    """Write ``experiment.yaml`` and return the configuration the folder now holds. A folder holding
+    another experiment is refused, except that more seeds and more ablation arms may be added to it
+    (its finished phases are the new configuration's phases for those seeds and arms: an arm added
+    later trains from the SFT models already there). Arms the folder has and the configuration does
+    not list stay in it, as they were configured; an arm may not be configured otherwise."""
     import yaml
 
     path = out / "experiment.yaml"
@@ -362,12 +364,13 @@ def _record_config(config: ExperimentConfig, out: Path) -> None:
         if dropped:
             raise ConfigError(f"{out} holds an experiment with seeds {recorded['seeds']}; seeds may be added to it, not left out (missing: {dropped})")
         arms = recorded.get("ablations") or {}
-        changed = sorted(arm for arm, overrides in arms.items() if data["ablations"].get(arm) != overrides)
+        changed = sorted(arm for arm, overrides in arms.items() if arm in data["ablations"] and data["ablations"][arm] != overrides)
         if changed:
-            raise ConfigError(
-                f"{out} holds an experiment whose ablation arms {changed} are configured otherwise or missing; arms may be added to it, not changed or left out"
-            )
+            raise ConfigError(f"{out} holds an experiment whose ablation arms {changed} are configured otherwise; arms may be added to it, not changed")
+        data["ablations"] = {**arms, **data["ablations"]}
+        config = dataclasses.replace(config, ablations=data["ablations"])
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return config
 
 
 def _without_max_batch_size(data: dict[str, Any]) -> dict[str, Any]:
