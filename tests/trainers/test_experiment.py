@@ -208,6 +208,11 @@ def test_phases_in_worker_processes_give_the_same_results(finished, tmp_path) ->
         assert read_jsonl(tmp_path / "parallel" / folder / "eval.jsonl") == read_jsonl(out / folder / "eval.jsonl")
     timings = json.loads((tmp_path / "parallel" / "timings.json").read_text())
     assert len(timings["phase_seconds"]) == 1 + 2 * 6 and timings["wall_seconds"] > 0
+    # Each phase ran in a worker of its own, whose peak resident memory is the phase's: at least
+    # the runtime with a model loaded, well under the machine's memory.
+    assert set(timings["phase_peak_mib"]) == set(timings["phase_seconds"]) and all(100 < mib < 8192 for mib in timings["phase_peak_mib"].values())
+    assert any(line.startswith("finished grpo/seed-0/train (") and "peak resident memory" in line for line in logged)
+    assert "Peak resident memory of a phase process" in (tmp_path / "parallel" / "results.md").read_text()
     assert parallel["jobs"] == 2
 
 

@@ -112,6 +112,13 @@ def results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequence
         for name, seconds in phases.items():
             totals[name.split("/")[0] + " " + name.split("/")[-1]] += seconds
         lines += ["", "Wall time per phase (all seeds): " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in totals.items()) + "."]
+    peaks = summary.get("phase_peak_mib") or {}
+    if peaks:
+        largest: dict[str, float] = {}
+        for name, mib in peaks.items():
+            kind = name.split("/")[0] + " " + name.split("/")[-1]
+            largest[kind] = max(largest.get(kind, 0.0), mib)
+        lines += ["", "Peak resident memory of a phase process (the largest over seeds): " + ", ".join(f"{k} {v:,.0f} MiB" for k, v in largest.items()) + "."]
     lines += ["", *_examples(episodes)]
     return "\n".join(lines) + "\n"
 

@@ -134,11 +134,12 @@ def _run_in_workers(
             for future in done:
                 phase = running.pop(future)
                 try:
-                    timings.add(phase.name, future.result())
+                    seconds, peak_mib = future.result()
                 except BrokenProcessPool:
                     raise TrainerError(f"the worker running {phase.name} died (out of memory?); finished phases are kept: rerun to resume") from None
+                timings.add(phase.name, seconds, peak_mib)
                 pending.discard(phase.name)
-                log(f"finished {phase.name}")
+                log(f"finished {phase.name} ({seconds / 60:.1f} min, peak resident memory {peak_mib:.0f} MiB)")
                 progress.advance("phases", phase.name)
     except BaseException:
         # Interrupted, or a phase failed: stop the phases still running (a rerun resumes them
@@ -188,11 +189,16 @@ def _worker_init(spec: Any) -> None:
         gym.registry[spec.id] = spec
 
 
-def _run_phase_in_worker(threads: int, config: ExperimentConfig, tasks: dict[str, list[str]], phase: _Phase) -> float:
+def _run_phase_in_worker(threads: int, config: ExperimentConfig, tasks: dict[str, list[str]], phase: _Phase) -> tuple[float, float]:
+    """Run one phase in a worker process of its own; its wall seconds and the process's peak
+    resident memory in MiB (the worker runs this phase only, so its peak is the phase's)."""
+    import resource
+
     import torch
 
     torch.set_num_threads(threads)
-    return _run_phase(config, tasks, phase, _worker_log)
+    seconds = _run_phase(config, tasks, phase, _worker_log)
+    return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 def _worker_log(line: str) -> None:

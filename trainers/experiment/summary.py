@@ -68,6 +68,7 @@ def summarize_experiment(out: str | Path) -> dict[str, Any]:
     timings = PhaseTimings(out / "timings.json")
     summary["jobs"] = config.jobs
     summary["phase_seconds"] = timings.phases
+    summary["phase_peak_mib"] = timings.peaks
     summary["wall_seconds"] = timings.wall
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     plots = write_plots(summary, out / "plots")
