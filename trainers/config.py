@@ -226,7 +226,7 @@ def _section_type(annotation: Any) -> type | None:
 class RolloutSection(RolloutSettings):
     """How training rollouts are collected: every field of :class:`agentgym.rollouts.settings.RolloutSettings`,
     inherited (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature`` — also
-    applied to the logits the loss sees — ``error_temperature``, ``error_temperature_tokens``, ``top_p``, ``template_kwargs``,
+    applied to the logits the loss sees — ``error_temperature``, ``error_temperature_tokens``, ``error_temperature_offset``, ``top_p``, ``template_kwargs``,
     ``tool_mode``; a setting added there is an option here), plus what to roll out, with the
     trainer's own defaults and bounds. ``RolloutSettings`` checks its own budgets and sampling
     values; :func:`agentgym.trainers.trainer.rollout_config` passes every field this section
@@ -238,7 +238,8 @@ class RolloutSection(RolloutSettings):
         error_temperature: sampling temperature of the turn after a failed tool call (``None``:
             ``temperature``); exploration only, the loss scores every token at ``temperature``.
         error_temperature_tokens: the tokens of that turn sampled at ``error_temperature``, from
-            its start (``None``: all of them); the rest at ``temperature``.
+            its ``error_temperature_offset``-th on (``None``: all of them); the rest at ``temperature``.
+        error_temperature_offset: the tokens of that turn before those (sampled at ``temperature``).
         split: task split the training tasks come from.
         task_ids: the training task pool; ``None`` (not an empty list) means every task of ``split``.
         num_tasks: distinct tasks per GRPO step, drawn from the pool in a seeded order that

@@ -615,7 +615,13 @@ def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, e
     played: dict[str, Any] = {"env_id": config.env_id, "task_ids": tuple(task_ids), "seed": seed, "env_kwargs": dict(r.env_kwargs)}
     if evaluation:
         played.update(
-            split=e.split, group_size=e.samples, temperature=e.temperature, error_temperature=None, error_temperature_tokens=None, distinct_env_seeds=False
+            split=e.split,
+            group_size=e.samples,
+            temperature=e.temperature,
+            error_temperature=None,
+            error_temperature_tokens=None,
+            error_temperature_offset=0,
+            distinct_env_seeds=False,
         )
     temperature = played.get("temperature", r.temperature)
     played["top_p"] = r.top_p if temperature > 0 else 1.0

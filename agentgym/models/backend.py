@@ -43,12 +43,13 @@ class SamplingParams:
         stop: strings that end the completion; the tokens that complete one are kept in the output.
         stop_token_ids: token ids that end the completion (kept in the output), in addition to the
             model's end-of-sequence ids.
-        opening_tokens: how many tokens at the start of the completion are sampled at
-            ``opening_temperature`` instead of ``temperature`` (0, the default: none). Exploration
-            aimed at a decision made in a turn's first tokens (which tool to call), while the rest
-            of the turn is sampled as usual. The in-process backends (``hf``, its key/value engine)
-            support it; the others refuse it.
-        opening_temperature: the temperature of the opening tokens (set with ``opening_tokens``).
+        hot_tokens: how many tokens of the completion, from its ``hot_offset``-th on, are sampled at
+            ``hot_temperature`` instead of ``temperature`` (0, the default: none). Exploration aimed
+            at a decision a turn makes in a known place (which tool to call, say), while the rest
+            of the turn is sampled as usual. The in-process backends (``hf``, its key/value
+            engine) support it; the others refuse it.
+        hot_offset: sampled tokens before the hot ones (0: from the first).
+        hot_temperature: the temperature of the hot tokens (set with ``hot_tokens``).
     """
 
     temperature: float = 1.0
@@ -57,31 +58,24 @@ class SamplingParams:
     seed: int = 0
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
-    opening_tokens: int = 0
-    opening_temperature: float | None = None
+    hot_tokens: int = 0
+    hot_offset: int = 0
+    hot_temperature: float | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
-        if self.opening_tokens < 0:
-            raise ValueError(f"opening_tokens must be >= 0, got {self.opening_tokens}")
-        if (self.opening_tokens > 0) != (self.opening_temperature is not None):
-            raise ValueError("opening_tokens and opening_temperature go together: set both or neither")
-        if self.opening_temperature is not None and self.opening_temperature < 0:
-            raise ValueError(f"opening_temperature must be >= 0, got {self.opening_temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if isinstance(self.stop, str):
-            raise ValueError("stop must be a tuple of strings, not a single string")
-        if any(not s for s in self.stop):
-            raise ValueError("stop strings must be non-empty")
+        if self.hot_tokens < 0 or self.hot_offset < 0:
+            raise ValueError(f"hot_tokens and hot_offset must be >= 0, got {self.hot_tokens} and {self.hot_offset}")
+        if (self.hot_tokens > 0) != (self.hot_temperature is not None):
+            raise ValueError("hot_tokens and hot_temperature go together: set both or neither")
+        if self.hot_temperature is not None and self.hot_temperature < 0:
+            raise ValueError(f"hot_temperature must be >= 0, got {self.hot_temperature}")
 
     def temperature_at(self, sampled: int) -> float:
         """The temperature of the completion's next token, after ``sampled`` tokens."""
-        if self.opening_temperature is not None and sampled < self.opening_tokens:
-            return self.opening_temperature
+        if self.hot_temperature is not None and self.hot_offset <= sampled < self.hot_offset + self.hot_tokens:
+            return self.hot_temperature
         return self.temperature
 
 
@@ -190,18 +184,18 @@ def as_streaming(backend: GenerationBackend) -> StreamingBackend:
 
 
 def per_prompt_params(
-    prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], vocab_size: int, *, opening: bool = False
+    prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams], vocab_size: int, *, hot: bool = False
 ) -> list[SamplingParams]:
-    """Validate a generate() call and return one :class:`SamplingParams` per prompt. ``opening``:
-    whether the backend samples ``opening_tokens`` at their own temperature (else they are refused)."""
+    """Validate a generate() call and return one :class:`SamplingParams` per prompt. ``hot``:
+    whether the backend samples ``hot_tokens`` at their own temperature (else they are refused)."""
     if isinstance(params, SamplingParams):
         expanded = [params] * len(prompts)
     else:
         expanded = list(params)
         if len(expanded) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(expanded)} sampling params")
-    if not opening and any(p.opening_tokens for p in expanded):
-        raise ValueError("this backend samples a completion at one temperature: opening_tokens (rollout.error_temperature_tokens) needs the hf backend")
+    if not hot and any(p.hot_tokens for p in expanded):
+        raise ValueError("this backend samples a completion at one temperature: hot_tokens (rollout.error_temperature_tokens) needs the hf backend")
     for i, prompt in enumerate(prompts):
         if len(prompt) == 0:
             raise ValueError(f"prompt {i} is empty")

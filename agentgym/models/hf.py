@@ -92,7 +92,7 @@ class HFBackend:
 
     def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams | Sequence[SamplingParams]) -> list[Generation]:
         """Sample one completion per prompt."""
-        expanded = per_prompt_params(prompts, params, self._vocab_rows, opening=True)
+        expanded = per_prompt_params(prompts, params, self._vocab_rows, hot=True)
         if not self.reuse_cache:
             return self._generate_from_scratch(prompts, expanded)
         if self.engine.in_flight:
@@ -107,7 +107,7 @@ class HFBackend:
 
     def submit(self, key: Hashable, prompt: Sequence[int], params: SamplingParams) -> None:
         """Queue one request; :meth:`advance` returns its generation under ``key``."""
-        per_prompt_params([prompt], params, self._vocab_rows, opening=True)
+        per_prompt_params([prompt], params, self._vocab_rows, hot=True)
         if self.reuse_cache:
             self.engine.submit(key, prompt, params)
         else:

@@ -212,7 +212,8 @@ class TokenEpisode:
         """The request for the next turn: the settings' sampling, :meth:`room` tokens, ending at end of turn.
 
         Right after a step with a failed tool call, ``error_temperature`` replaces ``temperature``:
-        for the whole turn, or for its first ``error_temperature_tokens`` tokens.
+        for the whole turn, or for ``error_temperature_tokens`` of its tokens from the
+        ``error_temperature_offset``-th on.
         """
         self._expect("generate")
         self._seed = seed
@@ -224,7 +225,9 @@ class TokenEpisode:
             return params
         if settings.error_temperature_tokens is None:
             return replace(params, temperature=settings.error_temperature)
-        return replace(params, opening_tokens=settings.error_temperature_tokens, opening_temperature=settings.error_temperature)
+        return replace(
+            params, hot_tokens=settings.error_temperature_tokens, hot_offset=settings.error_temperature_offset, hot_temperature=settings.error_temperature
+        )
 
     def after_error(self) -> bool:
         """Whether the last step had a failed tool call (its ``info["turn_tool_errors"]`` above 0)."""

@@ -118,11 +118,14 @@ class RolloutSettings:
             almost never gets right after an error (retrying a transient fault, say) is sampled
             from a flatter distribution there, and only there. The loss still scores every token
             at ``temperature``.
-        error_temperature_tokens: how many tokens at the start of that turn take
-            ``error_temperature``, the rest ``temperature`` (``None``, the default: the whole turn).
-            The decision after an error (retry, or give up) is made in a turn's first tokens (the
-            call's opening and its first argument's name); a whole turn at a high temperature also
-            garbles the call's arguments. Needs the ``hf`` backend.
+        error_temperature_tokens: how many tokens of that turn take ``error_temperature``, from
+            its ``error_temperature_offset``-th on; the rest take ``temperature`` (``None``, the
+            default: the whole turn). The decision after an error (retry, or give up) is made in a
+            known place of a call (for SmolLM2 on SQL-v0, its 10th token: the first argument's
+            name); a whole turn at a high temperature also garbles the call around it. Needs the
+            ``hf`` backend.
+        error_temperature_offset: tokens of that turn sampled at ``temperature`` before the
+            ``error_temperature_tokens`` (0: from the first).
         top_p: nucleus mass in (0, 1].
         template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
         tool_mode: how tools are shown to the model (see :class:`agentgym.rollouts.chat.ChatRenderer`).
@@ -136,8 +139,9 @@ class RolloutSettings:
         None, help="sampling temperature of a turn that follows a failed tool call (exploration for training)", above=0, unset="the temperature"
     )
     error_temperature_tokens: int | None = setting(
-        None, help="tokens at the start of that turn sampled at the error temperature, the rest at the temperature", min=1, unset="the whole turn"
+        None, help="tokens of that turn sampled at the error temperature (from the offset on), the rest at the temperature", min=1, unset="the whole turn"
     )
+    error_temperature_offset: int = setting(0, help="tokens of that turn sampled at the temperature before the error temperature's", min=0)
     top_p: float = setting(1.0, help="nucleus sampling mass in (0, 1]", above=0, max=1)
     template_kwargs: Mapping[str, Any] = setting(help='extra chat-template variables, e.g. {"enable_thinking": false}', default_factory=dict)
     tool_mode: ToolMode = setting("auto", help="how tools are shown to the model", choices=get_args(ToolMode))
@@ -146,6 +150,8 @@ class RolloutSettings:
         check_settings(self)
         if self.error_temperature_tokens is not None and self.error_temperature is None:
             raise ValueError("error_temperature_tokens needs error_temperature (the temperature of those tokens)")
+        if self.error_temperature_offset and self.error_temperature_tokens is None:
+            raise ValueError("error_temperature_offset needs error_temperature_tokens (how many tokens follow it)")
 
     def renderer(self, tokenizer: Any, tools: Sequence[Mapping[str, Any]]) -> ChatRenderer:
         """The chat renderer these settings describe, for ``tokenizer`` and an environment's tools."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -148,11 +149,18 @@ def test_error_temperature_tokens_heat_only_the_opening_of_the_turn_after_a_fail
     episode = TokenEpisode(env, opening, settings.renderer(tiny_tokenizer, env.unwrapped.tools), settings)
     call = '<tool_call>{"name": "sql", "arguments": {"query": "SELECT 1"}}</tool_call>'
     first = episode.sampling_params(seed=0)
-    assert (first.temperature, first.opening_tokens, first.opening_temperature) == (0.7, 0, None)
+    assert (first.temperature, first.hot_tokens, first.hot_temperature) == (0.7, 0, None)
     episode.play_turn(tiny_tokenizer(call, add_special_tokens=False)["input_ids"])  # the seeded fault
     after = episode.sampling_params(seed=1)
-    assert (after.temperature, after.opening_tokens, after.opening_temperature) == (0.7, 8, 2.0)
+    assert (after.temperature, after.hot_tokens, after.hot_offset, after.hot_temperature) == (0.7, 8, 0, 2.0)
     assert [after.temperature_at(n) for n in (0, 7, 8, 30)] == [2.0, 2.0, 0.7, 0.7]
+    # Only the decision's token: the 10th of the turn.
+    windowed = dataclasses.replace(settings, error_temperature_tokens=1, error_temperature_offset=9)
+    episode = TokenEpisode(env, env.reset(seed=0)[0], settings.renderer(tiny_tokenizer, env.unwrapped.tools), windowed)
+    episode.play_turn(tiny_tokenizer(call, add_special_tokens=False)["input_ids"])
+    assert [episode.sampling_params(seed=1).temperature_at(n) for n in (0, 8, 9, 10)] == [0.7, 0.7, 2.0, 0.7]
+    with pytest.raises(ValueError, match="error_temperature_offset needs error_temperature_tokens"):
+        RolloutSettings(error_temperature=2.0, error_temperature_offset=9)
     with pytest.raises(ValueError, match="error_temperature_tokens needs error_temperature"):
         RolloutSettings(error_temperature_tokens=8)
     with pytest.raises(ValueError, match="error_temperature_tokens"):

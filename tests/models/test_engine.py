@@ -81,18 +81,16 @@ def test_recorded_logprobs_match_a_full_recompute(smollm, sampled) -> None:
 
 
 @pytest.mark.parametrize("reuse_cache", [True, False])
-def test_opening_tokens_are_drawn_at_their_own_temperature(smollm, tokenizer, reuse_cache) -> None:
+def test_hot_tokens_are_drawn_at_their_own_temperature(smollm, tokenizer, reuse_cache) -> None:
     from agentgym.models import HFBackend
 
     model, _ = smollm
     backend = HFBackend(*smollm, reuse_cache=reuse_cache)
     prompts = [_chat(tokenizer, q) for q in ("Name a fruit.", "Count to five.")]
     hot = backend.generate(prompts, [SamplingParams(temperature=2.0, max_new_tokens=10, seed=7 + i) for i in range(2)])
-    mixed = backend.generate(
-        prompts, [SamplingParams(temperature=0.5, max_new_tokens=10, seed=7 + i, opening_tokens=4, opening_temperature=2.0) for i in range(2)]
-    )
+    mixed = backend.generate(prompts, [SamplingParams(temperature=0.5, max_new_tokens=10, seed=7 + i, hot_tokens=4, hot_temperature=2.0) for i in range(2)])
     for prompt, a, b in zip(prompts, hot, mixed, strict=True):
-        # A row's draws come from its own generator in order: the opening is the all-hot completion's.
+        # A row's draws come from its own generator in order: the hot tokens are the all-hot completion's.
         assert b.token_ids[:4] == a.token_ids[:4] and b.logprobs[:4] == pytest.approx(a.logprobs[:4], abs=1e-4)
         # Each reported logprob is the token's under the temperature it was drawn at.
         ids = torch.tensor([[*prompt, *b.token_ids]])
@@ -104,16 +102,18 @@ def test_opening_tokens_are_drawn_at_their_own_temperature(smollm, tokenizer, re
     assert [g.token_ids for g in mixed] != [g.token_ids for g in hot]  # the rest is not drawn hot
 
 
-def test_backends_that_sample_at_one_temperature_refuse_opening_tokens() -> None:
+def test_backends_that_sample_at_one_temperature_refuse_hot_tokens() -> None:
     from agentgym.models.backend import per_prompt_params
 
-    params = SamplingParams(temperature=0.7, opening_tokens=8, opening_temperature=1.6)
+    params = SamplingParams(temperature=0.7, hot_tokens=8, hot_temperature=1.6)
     assert params.temperature_at(7) == 1.6 and params.temperature_at(8) == 0.7
+    window = SamplingParams(temperature=0.7, hot_tokens=2, hot_offset=9, hot_temperature=2.0)
+    assert [window.temperature_at(n) for n in (0, 8, 9, 10, 11)] == [0.7, 0.7, 2.0, 2.0, 0.7]
     with pytest.raises(ValueError, match="needs the hf backend"):
         per_prompt_params([[1, 2]], params, 10)
-    assert per_prompt_params([[1, 2]], params, 10, opening=True) == [params]
+    assert per_prompt_params([[1, 2]], params, 10, hot=True) == [params]
     with pytest.raises(ValueError, match="set both or neither"):
-        SamplingParams(opening_tokens=8)
+        SamplingParams(hot_tokens=8)
 
 
 def test_continuous_batching_and_eviction_give_the_same_tokens(smollm, tokenizer, plain) -> None:

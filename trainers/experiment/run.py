@@ -299,7 +299,14 @@ def _evaluate(
         # so one batch holds every episode of the split.
         # The training rollouts' settings (budgets, chat template), sampled at the evaluation's
         # temperature from the whole distribution: no nucleus, no error temperature.
-        settings = {**settings_of(r), "temperature": ev.temperature, "error_temperature": None, "error_temperature_tokens": None, "top_p": 1.0}
+        settings = {
+            **settings_of(r),
+            "temperature": ev.temperature,
+            "error_temperature": None,
+            "error_temperature_tokens": None,
+            "error_temperature_offset": 0,
+            "top_p": 1.0,
+        }
         rollout = RolloutConfig(
             config.env_id,
             split=split,
