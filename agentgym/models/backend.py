@@ -65,6 +65,14 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if isinstance(self.stop, str):
+            raise ValueError("stop must be a tuple of strings, not a single string")
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must be non-empty")
         if self.hot_tokens < 0 or self.hot_offset < 0:
             raise ValueError(f"hot_tokens and hot_offset must be >= 0, got {self.hot_tokens} and {self.hot_offset}")
         if (self.hot_tokens > 0) != (self.hot_temperature is not None):
