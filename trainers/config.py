@@ -226,8 +226,9 @@ def _section_type(annotation: Any) -> type | None:
 class RolloutSection(RolloutSettings):
     """How training rollouts are collected: every field of :class:`agentgym.rollouts.settings.RolloutSettings`,
     inherited (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature`` — also
-    applied to the logits the loss sees — ``error_temperature``, ``error_temperature_tokens``, ``error_temperature_offset``, ``top_p``, ``template_kwargs``,
-    ``tool_mode``; a setting added there is an option here), plus what to roll out, with the
+    applied to the logits the loss sees — ``error_temperature``, ``error_temperature_tokens``,
+    ``error_temperature_offset``, ``top_p``, ``template_kwargs``, ``tool_mode``; a setting added
+    there is an option here), plus what to roll out, with the
     trainer's own defaults and bounds. ``RolloutSettings`` checks its own budgets and sampling
     values; :func:`agentgym.trainers.trainer.rollout_config` passes every field this section
     shares with :class:`agentgym.rollouts.runner.RolloutConfig` on by name.

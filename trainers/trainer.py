@@ -50,7 +50,7 @@ from agentgym.records import EpisodeRecord
 from agentgym.rollouts.batching import collate
 from agentgym.rollouts.chat import ChatRenderer
 from agentgym.rollouts.runner import Episode, RolloutConfig, run_rollouts
-from agentgym.rollouts.settings import settings_of
+from agentgym.rollouts.settings import NO_ERROR_TEMPERATURE, settings_of
 from agentgym.seeding import derive_seed, stream_rng
 from agentgym.trainers.checkpoint import folder_bytes, latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
@@ -614,15 +614,7 @@ def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, e
     r, e = config.rollout, config.eval
     played: dict[str, Any] = {"env_id": config.env_id, "task_ids": tuple(task_ids), "seed": seed, "env_kwargs": dict(r.env_kwargs)}
     if evaluation:
-        played.update(
-            split=e.split,
-            group_size=e.samples,
-            temperature=e.temperature,
-            error_temperature=None,
-            error_temperature_tokens=None,
-            error_temperature_offset=0,
-            distinct_env_seeds=False,
-        )
+        played.update(split=e.split, group_size=e.samples, temperature=e.temperature, distinct_env_seeds=False, **NO_ERROR_TEMPERATURE)
     temperature = played.get("temperature", r.temperature)
     played["top_p"] = r.top_p if temperature > 0 else 1.0
     return RolloutConfig(**{**settings_of(r, RolloutConfig), **played})

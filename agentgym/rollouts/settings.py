@@ -30,7 +30,7 @@ from agentgym.rollouts.chat import ToolMode
 if TYPE_CHECKING:
     from agentgym.rollouts.chat import ChatRenderer
 
-__all__ = ["RolloutConfig", "RolloutSettings", "ToolMode", "bound_problem", "check_settings", "setting", "settings_of"]
+__all__ = ["NO_ERROR_TEMPERATURE", "RolloutConfig", "RolloutSettings", "ToolMode", "bound_problem", "check_settings", "setting", "settings_of"]
 
 
 def setting(
@@ -96,6 +96,10 @@ def settings_of(source: Any, cls: Any = None) -> dict[str, Any]:
     has, by name: how settings travel between classes (a YAML section, parsed command-line
     arguments, a configuration) without a list of fields to keep up to date."""
     return {field.name: getattr(source, field.name) for field in dataclasses.fields(cls or RolloutSettings) if hasattr(source, field.name)}
+
+
+NO_ERROR_TEMPERATURE: Mapping[str, Any] = {"error_temperature": None, "error_temperature_tokens": None, "error_temperature_offset": 0}
+"""The settings that turn the exploration after errors off (evaluations sample every turn alike)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -112,24 +112,16 @@ def test_lora_trains_adapters_only_and_exports_a_merged_model(tiny_model_dir, tm
 def test_periodic_evaluation_stops_early_without_improvement(tiny_model_dir, tmp_path) -> None:
     """The untrained tiny model never succeeds: the first evaluation is the best, the next one
     does not improve on it, and patience 1 ends GRPO after step 2 of 6."""
-    config = load_config(
-        overrides={
-            "env_id": TOY_ENV,
-            "model": str(tiny_model_dir),
-            "device": "cpu",
-            "output_dir": str(tmp_path / "run"),
-            "rollout.num_tasks": 1,
-            "rollout.group_size": 2,
-            "rollout.max_new_tokens": 4,
-            "grpo.steps": 6,
-            "eval.num_tasks": 1,
-            "eval.every": 1,
-            "eval.patience": 1,
-            "eval.min_delta": 0.5,
-            **QUIET,
-        }
-    )
-    result = train(config)
+    overrides = {
+        "rollout.num_tasks": 1,
+        "rollout.max_new_tokens": 4,
+        "grpo.steps": 6,
+        "eval.num_tasks": 1,
+        "eval.every": 1,
+        "eval.patience": 1,
+        "eval.min_delta": 0.5,
+    }
+    result = train(_tiny_run(tiny_model_dir, tmp_path, overrides))
     assert result.state.stopped_early and result.state.step == 2
     assert result.state.best == {"label": "grpo step 1", "value": 0.0}
     assert set(result.evaluations) == {"base", "grpo step 1", "grpo step 2", "final"}

@@ -110,17 +110,22 @@ def results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequence
     if phases:
         totals: Counter[str] = Counter()
         for name, seconds in phases.items():
-            totals[name.split("/")[0] + " " + name.split("/")[-1]] += seconds
+            totals[_phase_kind(name)] += seconds
         lines += ["", "Wall time per phase (all seeds): " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in totals.items()) + "."]
     peaks = summary.get("phase_peak_mib") or {}
     if peaks:
         largest: dict[str, float] = {}
         for name, mib in peaks.items():
-            kind = name.split("/")[0] + " " + name.split("/")[-1]
-            largest[kind] = max(largest.get(kind, 0.0), mib)
+            largest[_phase_kind(name)] = max(largest.get(_phase_kind(name), 0.0), mib)
         lines += ["", "Peak resident memory of a phase process (the largest over seeds): " + ", ".join(f"{k} {v:,.0f} MiB" for k, v in largest.items()) + "."]
     lines += ["", *_examples(episodes)]
     return "\n".join(lines) + "\n"
+
+
+def _phase_kind(name: str) -> str:
+    """``grpo train`` for the phase ``grpo/seed-3/train``: the arm and the kind, over seeds."""
+    parts = name.split("/")
+    return f"{parts[0]} {parts[-1]}"
 
 
 def _delta_lines(summary: Mapping[str, Any]) -> list[str]:
