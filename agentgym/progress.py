@@ -40,6 +40,7 @@ class _Bar:
     completed: float  # what the bar and the estimate use; may be fractional
     count: int  # what the line shows: whole steps or finished episodes
     started: float
+    initial: float = 0.0  # completed when the bar (re)started: a resumed run's earlier steps set no pace
     status: str = ""
     tokens: int = 0
     task: Any = None  # the rich task id, on a terminal
@@ -122,9 +123,9 @@ class ProgressReport:
     def _start(self, name: str, total: int, completed: int = 0) -> _Bar:
         bar = self._bars.get(name)
         if bar is None:
-            bar = self._bars[name] = _Bar(total=total, completed=completed, count=completed, started=self.clock())
+            bar = self._bars[name] = _Bar(total=total, completed=completed, count=completed, started=self.clock(), initial=completed)
         else:
-            bar.total, bar.completed, bar.count, bar.started, bar.status, bar.tokens = total, completed, completed, self.clock(), "", 0
+            bar.total, bar.completed, bar.count, bar.started, bar.initial, bar.status, bar.tokens = total, completed, completed, self.clock(), completed, "", 0
         return bar
 
     def advance(self, name: str, status: str = "") -> None:
@@ -181,10 +182,11 @@ class ProgressReport:
 
 
 def _estimate(bar: _Bar, now: float) -> str:
-    """``", about H:MM:SS left"`` from the bar's pace so far; empty before any progress or when done."""
-    if bar.completed <= 0 or bar.completed >= bar.total:
+    """``", about H:MM:SS left"`` from the bar's pace since it started; empty before any progress or when done."""
+    done = bar.completed - bar.initial
+    if done <= 0 or bar.completed >= bar.total:
         return ""
-    left = (now - bar.started) * (bar.total - bar.completed) / bar.completed
+    left = (now - bar.started) * (bar.total - bar.completed) / done
     return f", about {_clock_text(left)} left"
 
 

@@ -66,6 +66,20 @@ def test_phases_and_steps_share_the_line() -> None:
     ]
 
 
+def test_a_resumed_bar_estimates_from_the_steps_done_since_it_started() -> None:
+    # An experiment resumed at phase 37 of 49: the 37 phases of earlier sessions took no time in this
+    # one, so they must not set the pace (they made it claim seconds left for hours of phases).
+    console, out = _piped()
+    clock = Clock()
+    with ProgressReport(console, interval_s=10, clock=clock) as progress:
+        progress.phase("phases", 49, completed=37)
+        clock.now = 600.0
+        progress.advance("phases")
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "agentgym: phases 37/49; elapsed 0:00:00"
+    assert lines[1] == "agentgym: phases 38/49, about 1:50:00 left; elapsed 0:10:00"
+
+
 def test_a_terminal_gets_a_bar_that_moves_before_any_episode_finishes() -> None:
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=120)
