@@ -284,6 +284,11 @@ class ToolEnv(gym.Env[list[Message], Any], Generic[TaskT], metaclass=abc.ABCMeta
     def compute_reward(self) -> RewardResult:
         """The episode's reward, computed from the final state when the episode ends."""
 
+    def in_last_turn(self) -> bool:
+        """Whether the turn being played is the episode's last: the turn limit ends the episode after
+        it, whatever its tools do. For tools that set up work for a later turn (a prepared run)."""
+        return self._turn >= self.max_turns
+
     def format_and_execution(self) -> dict[str, RewardResult]:
         """The two process components every environment's reward shares, from the reward SDK:
         ``format`` (mean well-formedness of the assistant turns) and ``execution`` (share of

@@ -172,10 +172,12 @@ class SandboxWorker:
 class EnvWorker:
     """One CodeExec-v0 environment stepping ``run_python`` with the snippet; a new episode when one
     ends, or after every ``reset_every`` steps (as an RL rollout of short episodes does; the reset
-    is part of the step it follows)."""
+    is part of the step it follows). ``at_turn_limit``: the episodes are ``reset_every`` turns long,
+    so the turn limit ends them (the environment knows a step is the last); otherwise the caller
+    resets in the middle of a long episode."""
 
-    def __init__(self, reset_every: int = 0) -> None:
-        self.env = gym.make("agentgym/CodeExec-v0", split="val", max_turns=10_000)
+    def __init__(self, reset_every: int = 0, *, at_turn_limit: bool = False) -> None:
+        self.env = gym.make("agentgym/CodeExec-v0", split="val", max_turns=reset_every if at_turn_limit else 10_000)
         self.env.reset(seed=0)
         self.action = format_tool_call("run_python", {"code": SNIPPET})
         self.reset_every = reset_every
@@ -386,15 +388,21 @@ def main() -> None:
         }
 
     if args.env_runs and args.reset_every:
-        episodes = row(1, *alternate(1, args.env_runs, args.plain_runs, args.slices, lambda: EnvWorker(args.reset_every)))
-        print_table(f"env.step(run_python), CodeExec-v0, a reset every {args.reset_every} steps", [episodes])
         steady = env_rows[0]
-        print(
-            f"with resets: {episodes['ratio']:.1f}x plain python -c (target >= 10x), {episodes['per_s'] / steady['per_s']:.2f}x the steps/s "
-            f"without resets; the reset adds {(1 / episodes['per_s'] - 1 / steady['per_s']) * args.reset_every * 1e3:.2f} ms of wall time and "
-            f"{(episodes['cpu_ms'] - steady['cpu_ms']) * args.reset_every:.2f} ms of CPU per episode"
-        )
-        report["env_reset"] = episodes | {"reset_every": args.reset_every}
+        kinds = [
+            (True, "episodes of that many turns, reset when the turn limit ends them", "env_reset"),
+            (False, "reset by the caller in the middle of longer episodes", "env_reset_midway"),
+        ]
+        for at_turn_limit, what, key in kinds:
+            worker = functools.partial(EnvWorker, args.reset_every, at_turn_limit=at_turn_limit)
+            episodes = row(1, *alternate(1, args.env_runs, args.plain_runs, args.slices, worker))
+            print_table(f"env.step(run_python), CodeExec-v0, a reset every {args.reset_every} steps: {what}", [episodes])
+            print(
+                f"with resets: {episodes['ratio']:.1f}x plain python -c (target >= 10x), {episodes['per_s'] / steady['per_s']:.2f}x the steps/s "
+                f"without resets; the reset adds {(1 / episodes['per_s'] - 1 / steady['per_s']) * args.reset_every * 1e3:.2f} ms of wall time and "
+                f"{(episodes['cpu_ms'] - steady['cpu_ms']) * args.reset_every:.2f} ms of CPU per episode"
+            )
+            report[key] = episodes | {"reset_every": args.reset_every}
 
     if args.env_runs and args.think_ms:
         think = think_latency(args.env_runs // 2, args.think_ms / 1000)

@@ -193,9 +193,11 @@ class CodeExecEnv(ToolEnv[CodeExecTask]):
         """
         try:
             sandbox, process = self._start(code)
-            # The next call's isolation is set up while this code runs and the model reads its output.
-            with contextlib.suppress(SandboxError):  # a backend failing here fails the next run, clearly
-                sandbox.prepare()
+            # The next call's isolation is set up while this code runs and the model reads its output;
+            # not in the episode's last turn, where the reset would only throw it away.
+            if not self.in_last_turn():
+                with contextlib.suppress(SandboxError):  # a backend failing here fails the next run, clearly
+                    sandbox.prepare()
             result = process.wait()
         except SandboxLost as exc:  # the episode's workspace went with its server: not the model's doing
             raise InfraError(f"run_python: {exc}") from None

@@ -136,6 +136,20 @@ def test_an_episode_after_one_that_ran_code_starts_with_its_first_run_prepared(m
     assert observation[0]["content"] == "exit status 0\n--- stdout ---\n[]\n"
 
 
+def test_run_python_prepares_the_next_run_except_in_the_episodes_last_turn(make_env):
+    # A run set up in the last turn would only be thrown away by the reset (about 450 page faults).
+    env = make_env(ENV_ID, split="val", max_turns=2)
+    code_exec = env.unwrapped
+    if not isinstance(code_exec.backend, LocalBackend):
+        pytest.skip("prepared runs are the local backend's")
+    env.reset(seed=0)
+    env.step(call("run_python", code="print(1)"))
+    assert code_exec._sandbox._workspace in code_exec.backend._prepared
+    observation, _, _, truncated, _ = env.step(call("run_python", code="print(2)"))
+    assert truncated and observation[0]["content"] == "exit status 0\n--- stdout ---\n2\n"
+    assert code_exec._sandbox._workspace not in code_exec.backend._prepared
+
+
 def test_run_python_reports_errors_truncation_and_timeouts(make_env):
     env = make_env(ENV_ID, split="val", limits=Limits(wall_time_s=1.5, max_output_bytes=100))
     env.reset(seed=0)
