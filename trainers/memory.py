@@ -129,6 +129,16 @@ def available_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def peak_resident_mib() -> float:
+    """The most resident memory this process has held so far, in MiB (0 where it cannot be read)."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return 0.0
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
+
+
 @dataclass(frozen=True)
 class MemoryBudget:
     """Memory the phases of an experiment may take together, and each kind's estimated peak.

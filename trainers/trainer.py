@@ -57,7 +57,7 @@ from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, d
 from agentgym.trainers.credit import token_advantages
 from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
 from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, intact_groups, loss_normalizer, masked_grpo_loss
-from agentgym.trainers.memory import return_freed_memory
+from agentgym.trainers.memory import peak_resident_mib, return_freed_memory
 from agentgym.trainers.modeling import (
     Reference,
     TensorBatch,
@@ -294,6 +294,9 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
         restore_checkpoint(checkpoint, model=run.policy, optimizer=optimizer, scheduler=scheduler)
     run.display.phase("GRPO", g.steps, state.step)
     while state.step < g.steps and not state.stopped_early:
+        # The process's peak so far before and after each stage: the stage that raised it is where
+        # the memory went (before: loading, the last step's checkpoint, evaluations).
+        peaks = {"memory/peak_mib_before": peak_resident_mib()}
         # Rollouts: the policy samples group_size episodes of each of this step's tasks
         # (with resample_rounds, more rounds of fresh tasks while groups lack a signal).
         play = partial(_play_round, _backend(run.policy, run.tokenizer, config), config, train_pool, state.step, run.display)
@@ -304,6 +307,7 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
         else:
             episodes = drawn = play(0)
             sampling = {}
+        peaks["memory/peak_mib_rollout"] = peak_resident_mib()
         # Rewards -> advantages -> several epochs of clipped updates.
         update = grpo_update(
             run.policy,
@@ -321,7 +325,8 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
         )
         _advance_schedule(scheduler, updates_per_step - int(update["optim/updates"]))
         state.step += 1
-        metrics = {**rollout_metrics(drawn), **sampling, **update}
+        peaks["memory/peak_mib_update"] = peak_resident_mib()
+        metrics = {**rollout_metrics(drawn), **sampling, **update, **peaks}
         run.logger.log("grpo", _global_step(config, state), state.step, metrics)
         for warning in run.monitor.update(state.step, metrics):
             state.warnings.append(warning)

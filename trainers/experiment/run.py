@@ -23,7 +23,7 @@ from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
 from agentgym.trainers.experiment.config import BASE, GRPO, SFT, ExperimentConfig, TaskPick, split_ids, task_id_of, train_config_for
 from agentgym.trainers.experiment.summary import summarize_experiment
 from agentgym.trainers.experiment.timings import PhaseTimings
-from agentgym.trainers.memory import EPISODE_TOKENS, MemoryBudget, available_memory, model_footprint
+from agentgym.trainers.memory import EPISODE_TOKENS, MemoryBudget, available_memory, model_footprint, peak_resident_mib
 
 __all__ = ["run_experiment"]
 
@@ -192,13 +192,11 @@ def _worker_init(spec: Any) -> None:
 def _run_phase_in_worker(threads: int, config: ExperimentConfig, tasks: dict[str, list[str]], phase: _Phase) -> tuple[float, float]:
     """Run one phase in a worker process of its own; its wall seconds and the process's peak
     resident memory in MiB (the worker runs this phase only, so its peak is the phase's)."""
-    import resource
-
     import torch
 
     torch.set_num_threads(threads)
     seconds = _run_phase(config, tasks, phase, _worker_log)
-    return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+    return seconds, peak_resident_mib()
 
 
 def _worker_log(line: str) -> None:
