@@ -312,6 +312,11 @@ class GRPOSection:
             get ``A_i + w * A^S`` (see :mod:`agentgym.trainers.credit`); 0 gives every token its
             episode's advantage, as plain GRPO.
         step_discount: discount ``gamma`` of the return from each turn in the step advantage.
+        sft_coef: weight ``c`` of an SFT term in every optimiser step of the update: ``c`` times the
+            masked NLL per loss token of ``sft.batch_size`` demonstrations (built and drawn as the
+            SFT phase's, from ``sft.task_ids``), as InstructGPT mixed its pretraining loss into PPO:
+            it holds what the demonstrations taught while the rewards teach the rest. 0 adds none
+            and builds no demonstrations.
         mask_truncated: give no loss to trajectories cut by the token budget.
         train_on_env_tokens: ablation of the loss mask: the loss also covers the environment's tokens
             after the prompt (tool output, user turns, template glue), as a trainer that masks only
@@ -335,6 +340,7 @@ class GRPOSection:
     resample_rounds: Annotated[int, Field(ge=0)] = 0
     step_advantage_weight: Annotated[float, Field(ge=0)] = 0.0
     step_discount: Annotated[float, Field(gt=0, le=1)] = 0.95
+    sft_coef: Annotated[float, Field(ge=0)] = 0.0
     mask_truncated: bool = False
     train_on_env_tokens: bool = False
     old_logprobs: Literal["recompute", "sampling"] = "recompute"

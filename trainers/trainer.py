@@ -51,6 +51,7 @@ from agentgym.rollouts.batching import collate
 from agentgym.rollouts.chat import ChatRenderer
 from agentgym.rollouts.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.rollouts.settings import NO_ERROR_TEMPERATURE, settings_of
+from agentgym.rollouts.trajectory import Trajectory
 from agentgym.seeding import derive_seed, stream_rng
 from agentgym.trainers.checkpoint import folder_bytes, latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
 from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, dump_config, load_config
@@ -73,7 +74,7 @@ from agentgym.trainers.modeling import (
 )
 from agentgym.trainers.report import write_report
 from agentgym.trainers.sampling import dynamic_sample, outcome_signal
-from agentgym.trainers.sft import demonstration_records, demonstration_trajectories, sft_batch_indices, sft_update
+from agentgym.trainers.sft import demonstration_records, demonstration_trajectories, masked_nll, sft_batch_indices, sft_update
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -85,7 +86,7 @@ if TYPE_CHECKING:
 __all__ = ["RunState", "TrainResult", "grpo_update", "step_tasks", "train"]
 
 # Independent random streams, all derived from config.seed.
-_TASKS, _EVAL, _ROLLOUT, _SHUFFLE, _SFT, _LORA, _RESAMPLE = range(1, 8)
+_TASKS, _EVAL, _ROLLOUT, _SHUFFLE, _SFT, _LORA, _RESAMPLE, _SFT_TERM = range(1, 9)
 
 
 @dataclass
@@ -164,7 +165,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
     # After SFT, the SFT result is the base (resuming GRPO loads it, then the checkpoint's weights).
     sft_dir = run_dir / "sft_model"
     base_model = str(sft_dir) if checkpoint and state.phase != "sft" and sft_dir.is_dir() else config.model
-    records = _demonstrations(config, train_ids, train_pool) if state.phase == "sft" else []
+    records = _demonstrations(config, train_ids, train_pool) if state.phase == "sft" or config.grpo.sft_coef > 0 else []
     policy, tokenizer = _load(config, base_model)
     pad_id = _pad_id(tokenizer)
     demos = demonstration_trajectories(records, ChatRenderer(tokenizer, tools=tools))
@@ -194,7 +195,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
             _sft_phase(run, demos, checkpoint, sft_dir)
         # ---- 3. GRPO
         if state.phase == "grpo" and config.grpo.steps > 0:
-            _grpo_phase(run, train_pool, checkpoint, budget)
+            _grpo_phase(run, train_pool, checkpoint, budget, demos)
         # ---- 4. final evaluation
         last = f"grpo step {state.step}"
         if state.phase == "grpo" and config.grpo.steps > 0 and config.eval.enabled:
@@ -202,7 +203,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
         state.phase = "done"
     logger.close()
     # ---- 5. the model, plots, report
-    trained_on = [*(train_pool if config.grpo.steps else []), *(_sft_tasks(config, train_ids, train_pool) if config.sft.steps else [])]
+    trained_on = [*(train_pool if config.grpo.steps else []), *(_sft_tasks(config, train_ids, train_pool) if config.sft.steps or config.grpo.sft_coef else [])]
     return _write_results(run, trained_on, notes, console)
 
 
@@ -278,12 +279,13 @@ def _sft_phase(run: _Run, demos: Sequence[Any], checkpoint: Path | None, sft_dir
     run.checkpoint(weights=False)  # they are sft_model/'s, which a resumed GRPO phase loads
 
 
-def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, budget: int) -> None:
+def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, budget: int, demos: Sequence[Trajectory]) -> None:
     """The GRPO phase: each step rolls out, computes advantages and updates the policy, then logs,
     warns, evaluates (early stopping) and checkpoints as configured.
 
     Args:
         budget: the most tokens a trajectory can sample (Dr. GRPO's constant).
+        demos: the demonstrations of the SFT term (``grpo.sft_coef``), drawn per step as SFT draws them.
     """
     config, state, g = run.config, run.state, run.config.grpo
     reference = Reference(run.policy, device=config.ref_device) if g.kl_coef > 0 else None
@@ -322,6 +324,8 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
             max_len=budget,
             max_grad_norm=config.optim.max_grad_norm,
             shuffle_seed=derive_seed(config.seed, _SHUFFLE, state.step),
+            demonstrations=_sft_term_batch(demos, config, state.step),
+            sft_max_length=config.sft.max_length,
         )
         _advance_schedule(scheduler, updates_per_step - int(update["optim/updates"]))
         state.step += 1
@@ -337,6 +341,15 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
             _early_stopping(state, config, run.evaluate(f"grpo step {state.step}"), f"grpo step {state.step}")
         if _due(state.step, config.checkpoint.every) or state.step == g.steps or state.stopped_early:
             run.checkpoint(optimizer, scheduler)
+
+
+def _sft_term_batch(demos: Sequence[Trajectory], config: TrainConfig, step: int) -> list[Trajectory]:
+    """GRPO step ``step``'s demonstrations for the SFT term; none without one."""
+    if config.grpo.sft_coef == 0:
+        return []
+    if not demos:
+        raise TrainerError("grpo.sft_coef needs demonstrations, and none was built (see sft.source and sft.task_ids)")
+    return [demos[i] for i in sft_batch_indices(len(demos), config.sft.batch_size, derive_seed(config.seed, _SFT_TERM), step)]
 
 
 def _due(step: int, every: int) -> bool:
@@ -399,8 +412,14 @@ def grpo_update(
     max_len: int,
     max_grad_norm: float | None,
     shuffle_seed: int,
+    demonstrations: Sequence[Trajectory] = (),
+    sft_max_length: int | None = None,
 ) -> dict[str, float]:
     """The GRPO update on one rollout batch: advantages, then ``g.epochs`` passes of mini-batch steps.
+
+    With ``g.sft_coef > 0``, every optimiser step also back-propagates ``g.sft_coef`` times the
+    masked NLL per loss token of ``demonstrations`` (cut to ``sft_max_length``), accumulated into
+    the same gradients before clipping.
 
     ``episodes`` are ordered by group (``group_size`` consecutive episodes share a task), as
     :func:`agentgym.rollouts.runner.run_rollouts` returns them. A group with an episode the machinery failed
@@ -413,7 +432,8 @@ def grpo_update(
         before clipping), ``optim/lr``, ``optim/updates``, ``batch/trajectories`` (after filtering),
         ``batch/loss_tokens``, ``groups/degenerate``, ``groups/infra_dropped`` (groups left out for an
         infra error) and ``advantage/abs_mean`` (over loss tokens with step-level credit, which
-        adds ``advantage/step_groups`` and ``advantage/grouped_turn_fraction``).
+        adds ``advantage/step_groups`` and ``advantage/grouped_turn_fraction``); with the SFT term,
+        ``loss/sft`` (the demonstrations' NLL per loss token, before the weight).
     """
     device = next(policy.parameters()).device
     intact = intact_groups([e.infra_error for e in episodes], group_size)
@@ -461,6 +481,7 @@ def grpo_update(
         with torch.no_grad():
             old_logprobs = _stitched(lambda b: token_logprobs(policy, b, **forward)[0], batch, first_micro)
 
+    sft_term = _SFTTerm.of(demonstrations, g.sft_coef, pad_token_id=pad_token_id, max_length=sft_max_length, micro_batch_size=micro, device=device)
     sums: dict[str, float] = {}
     weights: dict[str, float] = {}
 
@@ -498,6 +519,10 @@ def grpo_update(
                 add("policy/clip_frac", m["clip_frac_low"] + m["clip_frac_high"], tokens)
                 add("policy/ratio_mean", m["ratio_mean"], tokens)
                 add("policy/entropy", float(entropy.sum()) / max(tokens, 1), tokens)
+            if sft_term is not None:
+                nll = sft_term.backward(policy, share_prefix=g.share_prefix)
+                step_loss += g.sft_coef * nll
+                add("loss/sft", nll, 1)
             stats = clip_and_step(policy, optimizer, scheduler, max_grad_norm)
             add("loss/total", step_loss, 1)
             add("loss/pg", step_pg, 1)
@@ -506,6 +531,43 @@ def grpo_update(
     metrics["optim/updates"] = float(sum(len(epoch) for epoch in plan))
     metrics.update({k: sums[k] / weights[k] for k in sums})
     return metrics
+
+
+@dataclass(frozen=True)
+class _SFTTerm:
+    """The SFT term of a GRPO update (``grpo.sft_coef``): its demonstrations as one batch."""
+
+    batch: TensorBatch
+    coef: float
+    normalizer: int
+    micro_batch_size: int
+
+    @classmethod
+    def of(
+        cls, demonstrations: Sequence[Trajectory], coef: float, *, pad_token_id: int, max_length: int | None, micro_batch_size: int, device: torch.device
+    ) -> _SFTTerm | None:
+        if coef == 0 or not demonstrations:
+            return None
+        batch = TensorBatch.from_tokens(collate(demonstrations, pad_token_id=pad_token_id, max_length=max_length), device)
+        normalizer = int(batch.loss_mask.sum())
+        if normalizer == 0:
+            raise TrainerError("the SFT term's demonstrations have no assistant token to learn (are they cut by sft.max_length?)")
+        return cls(batch, coef, normalizer, micro_batch_size)
+
+    def backward(self, policy: torch.nn.Module, *, share_prefix: bool) -> float:
+        """Back-propagate ``coef`` x the masked NLL per loss token; returns the NLL (unweighted)."""
+        total = 0.0
+        for start in range(0, len(self.batch), self.micro_batch_size):
+            micro = self.batch.rows(slice(start, start + self.micro_batch_size))
+            row_loss = partial(_weighted_row_nll, self.coef, micro.loss_mask, self.normalizer)
+            logprobs, _ = backward_by_row(policy, micro, row_loss, share_prefix=share_prefix)
+            total += masked_nll(logprobs, micro.loss_mask, self.normalizer).item()
+        return total
+
+
+def _weighted_row_nll(coef: float, loss_mask: torch.Tensor, normalizer: int, r: int, logprobs: torch.Tensor) -> torch.Tensor:
+    """Row ``r``'s term of ``coef`` x :func:`~agentgym.trainers.sft.masked_nll`, from its ``[1, L]`` logprobs."""
+    return coef * masked_nll(logprobs, loss_mask[r : r + 1], normalizer)
 
 
 def _grpo_loss(

@@ -414,6 +414,18 @@ def test_the_shipped_experiment_configs_load(name, tmp_path) -> None:
         train_config_for(config, GRPO, config.seeds[0], [], [], tmp_path, change=change)
 
 
+def test_an_arm_with_grpos_sft_term_demonstrates_the_sft_phases_tasks(tmp_path) -> None:
+    from agentgym.trainers.experiment.config import GRPO, train_config_for
+
+    config = load_experiment(_SHIPPED_EXPERIMENTS / "learning_cpu.yaml")
+    sft_tasks, grpo_tasks = ["train:sql-0001", "train:sql-0002"], ["train:sql-0003"]
+    anchored = train_config_for(config, GRPO, 10, sft_tasks, grpo_tasks, tmp_path, change={"grpo": {"sft_coef": 1.0}})
+    assert anchored.grpo.sft_coef == 1.0 and anchored.sft.steps == 0 and anchored.sft.task_ids == ("sql-0001", "sql-0002")
+    assert anchored.rollout.task_ids == ("sql-0003",)
+    plain = train_config_for(config, GRPO, 10, sft_tasks, grpo_tasks, tmp_path)
+    assert plain.sft.task_ids is None  # the configuration of a plain GRPO phase stays as it was
+
+
 def test_the_report_shows_what_each_seed_learned_side_by_side() -> None:
     def episode(seed: int, task: str, success: bool, answer: str) -> dict:
         messages = [{"role": "user", "content": f"question {task}"}, {"role": "assistant", "content": answer}]

@@ -131,6 +131,15 @@ def test_periodic_evaluation_stops_early_without_improvement(tiny_model_dir, tmp
     assert [r["step"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["phase"] == "grpo"] == [1, 2]
 
 
+def test_grpo_with_an_sft_term_and_no_sft_phase_builds_its_demonstrations(tiny_model_dir, tmp_path) -> None:
+    overrides = {"rollout.num_tasks": 1, "rollout.max_new_tokens": 4, "grpo.steps": 1, "grpo.sft_coef": 0.5, "sft.batch_size": 2, "eval.enabled": False}
+    result = train(_tiny_run(tiny_model_dir, tmp_path, overrides))
+    (grpo,) = [r for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if r["phase"] == "grpo"]
+    # Degenerate groups are not filtered here, so the step updates, and the SFT term is in it.
+    assert grpo["optim/updates"] == 1 and grpo["loss/sft"] > 0
+    assert result.state.step == 1 and not (tmp_path / "run" / "sft_model").exists()
+
+
 def test_lora_on_modules_the_model_lacks_is_a_clear_error(tiny_model_dir) -> None:
     pytest.importorskip("peft")
     model, _ = load_model(str(tiny_model_dir), device="cpu")

@@ -12,9 +12,10 @@ from letters_env import TOY_ENV
 from agentgym.models import load_model
 from agentgym.models.hf import HFBackend
 from agentgym.rollouts.runner import RolloutConfig, run_rollouts
-from agentgym.trainers.config import GRPOSection
+from agentgym.trainers.config import GRPOSection, OptimSection, SFTSection
 from agentgym.trainers.grpo import LOSS_AGGS, intact_groups
 from agentgym.trainers.modeling import Reference
+from agentgym.trainers.sft import sft_update
 from agentgym.trainers.trainer import grpo_update
 
 GROUP = 3
@@ -37,7 +38,7 @@ def episodes(policy):
     return found
 
 
-def run_update(policy, episodes, grpo: GRPOSection, *, lr: float = 1.0, reference: bool = True) -> tuple[dict, list[torch.Tensor]]:
+def run_update(policy, episodes, grpo: GRPOSection, *, lr: float = 1.0, reference: bool = True, demonstrations=()) -> tuple[dict, list[torch.Tensor]]:
     """One grpo_update with plain SGD on a copy of the model; returns metrics and parameter changes."""
     model = copy.deepcopy(policy[0])
     before = [p.detach().clone() for p in model.parameters()]
@@ -45,7 +46,19 @@ def run_update(policy, episodes, grpo: GRPOSection, *, lr: float = 1.0, referenc
     optimizer = torch.optim.SGD(model.parameters(), lr=lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
     metrics = grpo_update(
-        model, ref, optimizer, scheduler, episodes, grpo, group_size=GROUP, temperature=1.0, pad_token_id=0, max_len=16, max_grad_norm=None, shuffle_seed=7
+        model,
+        ref,
+        optimizer,
+        scheduler,
+        episodes,
+        grpo,
+        group_size=GROUP,
+        temperature=1.0,
+        pad_token_id=0,
+        max_len=16,
+        max_grad_norm=None,
+        shuffle_seed=7,
+        demonstrations=demonstrations,
     )
     return metrics, [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)]
 
@@ -193,3 +206,34 @@ def test_groups_are_filtered_on_the_raw_outcome_when_asked(policy, episodes) -> 
     solved = [dataclasses.replace(e, record={**e.record, "success": e.member == 0}) if e.group == 1 else e for e in episodes]
     one_group, _ = run_update(policy, solved, GRPOSection(filter_degenerate=True, degenerate_by="success"))
     assert one_group["batch/trajectories"] == GROUP
+
+
+def test_the_sft_term_adds_its_weighted_nll_gradient_to_the_update(policy, episodes) -> None:
+    # With SGD at lr 1 and no clipping an update is minus the gradient, so the update with the SFT
+    # term must be GRPO's update plus coef times the update of the SFT step on the same demonstrations.
+    demos = [e.trajectory for e in episodes[:2]]  # any trajectories: the loss covers their sampled tokens
+    coef = 0.5
+    base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
+    _, plain = run_update(policy, episodes, base, reference=False)
+    metrics, mixed = run_update(policy, episodes, dataclasses.replace(base, sft_coef=coef), reference=False, demonstrations=demos)
+    model = copy.deepcopy(policy[0])
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    sft = sft_update(model, optimizer, scheduler, demos, SFTSection(micro_batch_size=1, optim=OptimSection(max_grad_norm=None)), pad_token_id=0)
+    nll_step = [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)]
+    assert_same_update(mixed, [a + coef * b for a, b in zip(plain, nll_step, strict=True)])
+    assert any(bool((m - p).abs().max() > 1e-4) for m, p in zip(mixed, plain, strict=True)), "the SFT term changed nothing"
+    assert metrics["loss/sft"] == pytest.approx(sft["sft/loss"], rel=1e-5)
+    # Split into micro-batches, the same update.
+    _, split = run_update(policy, episodes, dataclasses.replace(base, sft_coef=coef, micro_batch_size=1), reference=False, demonstrations=demos)
+    assert_same_update(split, mixed)
+
+
+def test_without_the_sft_term_demonstrations_change_nothing(policy, episodes) -> None:
+    base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
+    _, plain = run_update(policy, episodes, base, reference=False)
+    metrics, given = run_update(policy, episodes, base, reference=False, demonstrations=[e.trajectory for e in episodes[:2]])
+    assert "loss/sft" not in metrics
+    for a, b in zip(given, plain, strict=True):
+        assert torch.equal(a, b)
