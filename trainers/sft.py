@@ -36,7 +36,17 @@ from agentgym.seeding import stream_rng
 from agentgym.trainers.config import SFTSection
 from agentgym.trainers.modeling import TensorBatch, TrainerError, backward_by_row, clip_and_step
 
-__all__ = ["assistant_text", "demonstration_records", "demonstration_trajectories", "masked_nll", "record_to_trajectory", "sft_batch_indices", "sft_update"]
+__all__ = [
+    "assistant_text",
+    "backward_nll",
+    "demonstration_records",
+    "demonstration_trajectories",
+    "masked_nll",
+    "nll_batch",
+    "record_to_trajectory",
+    "sft_batch_indices",
+    "sft_update",
+]
 
 
 def assistant_text(message: Mapping[str, Any]) -> str:
@@ -168,9 +178,30 @@ def masked_nll(logprobs: torch.Tensor, loss_mask: torch.Tensor, normalizer: floa
     return -(logprobs * loss_mask).sum() / normalizer
 
 
-def _row_nll(loss_mask: torch.Tensor, normalizer: float, r: int, logprobs: torch.Tensor) -> torch.Tensor:
-    """Row ``r``'s term of :func:`masked_nll`, from its ``[1, L]`` logprobs."""
-    return masked_nll(logprobs, loss_mask[r : r + 1], normalizer)
+def _row_nll(loss_mask: torch.Tensor, normalizer: float, weight: float, r: int, logprobs: torch.Tensor) -> torch.Tensor:
+    """Row ``r``'s term of ``weight`` x :func:`masked_nll`, from its ``[1, L]`` logprobs."""
+    return weight * masked_nll(logprobs, loss_mask[r : r + 1], normalizer)
+
+
+def nll_batch(trajectories: Sequence[Trajectory], *, pad_token_id: int, max_length: int | None, device: torch.device) -> TensorBatch:
+    """``trajectories`` as one batch for :func:`backward_nll`; a clear error when no token is left to learn."""
+    batch = TensorBatch.from_tokens(collate(trajectories, pad_token_id=pad_token_id, max_length=max_length), device)
+    if not batch.loss_mask.any():
+        raise TrainerError("the SFT batch has no assistant token to learn (are the demonstrations cut by sft.max_length?)")
+    return batch
+
+
+def backward_nll(model: torch.nn.Module, batch: TensorBatch, micro_batch_size: int, *, weight: float = 1.0, share_prefix: bool = True) -> float:
+    """Back-propagate ``weight`` x the masked NLL per loss token of ``batch``, accumulated over
+    micro-batches (each divides by the whole batch's loss-token count); returns the NLL, unweighted."""
+    normalizer = int(batch.loss_mask.sum())
+    total = 0.0
+    for start in range(0, len(batch), micro_batch_size):
+        micro = batch.rows(slice(start, start + micro_batch_size))
+        # The loss is a sum over rows: each row's term is back-propagated right after its forward pass.
+        logprobs, _ = backward_by_row(model, micro, partial(_row_nll, micro.loss_mask, normalizer, weight), share_prefix=share_prefix)
+        total += masked_nll(logprobs, micro.loss_mask, normalizer).item()
+    return total
 
 
 def sft_update(
@@ -188,16 +219,7 @@ def sft_update(
     Returns:
         ``sft/loss`` (mean NLL per loss token), ``sft/loss_tokens``, ``optim/grad_norm`` and ``optim/lr``.
     """
-    device = next(model.parameters()).device
-    batch = TensorBatch.from_tokens(collate(trajectories, pad_token_id=pad_token_id, max_length=sft.max_length), device)
-    normalizer = int(batch.loss_mask.sum())
-    if normalizer == 0:
-        raise TrainerError("the SFT batch has no assistant token to learn (are the demonstrations cut by sft.max_length?)")
-    total = 0.0
-    for start in range(0, len(batch), sft.micro_batch_size):
-        micro = batch.rows(slice(start, start + sft.micro_batch_size))
-        # The loss is a sum over rows: each row's term is back-propagated right after its forward pass.
-        logprobs, _ = backward_by_row(model, micro, partial(_row_nll, micro.loss_mask, normalizer), share_prefix=share_prefix)
-        total += masked_nll(logprobs, micro.loss_mask, normalizer).item()
+    batch = nll_batch(trajectories, pad_token_id=pad_token_id, max_length=sft.max_length, device=next(model.parameters()).device)
+    total = backward_nll(model, batch, sft.micro_batch_size, share_prefix=share_prefix)
     stats = clip_and_step(model, optimizer, scheduler, sft.optim.max_grad_norm)
-    return {"sft/loss": total, "sft/loss_tokens": float(normalizer), "optim/grad_norm": stats["grad_norm"], "optim/lr": stats["lr"]}
+    return {"sft/loss": total, "sft/loss_tokens": float(batch.loss_mask.sum()), "optim/grad_norm": stats["grad_norm"], "optim/lr": stats["lr"]}

@@ -74,7 +74,7 @@ from agentgym.trainers.modeling import (
 )
 from agentgym.trainers.report import write_report
 from agentgym.trainers.sampling import dynamic_sample, outcome_signal
-from agentgym.trainers.sft import demonstration_records, demonstration_trajectories, masked_nll, sft_batch_indices, sft_update
+from agentgym.trainers.sft import backward_nll, demonstration_records, demonstration_trajectories, nll_batch, sft_batch_indices, sft_update
 
 if TYPE_CHECKING:
     from peft import PeftModel
@@ -481,7 +481,7 @@ def grpo_update(
         with torch.no_grad():
             old_logprobs = _stitched(lambda b: token_logprobs(policy, b, **forward)[0], batch, first_micro)
 
-    sft_term = _SFTTerm.of(demonstrations, g.sft_coef, pad_token_id=pad_token_id, max_length=sft_max_length, micro_batch_size=micro, device=device)
+    sft_term = nll_batch(demonstrations, pad_token_id=pad_token_id, max_length=sft_max_length, device=device) if g.sft_coef and demonstrations else None
     sums: dict[str, float] = {}
     weights: dict[str, float] = {}
 
@@ -520,7 +520,7 @@ def grpo_update(
                 add("policy/ratio_mean", m["ratio_mean"], tokens)
                 add("policy/entropy", float(entropy.sum()) / max(tokens, 1), tokens)
             if sft_term is not None:
-                nll = sft_term.backward(policy, share_prefix=g.share_prefix)
+                nll = backward_nll(policy, sft_term, micro, weight=g.sft_coef, share_prefix=g.share_prefix)
                 step_loss += g.sft_coef * nll
                 add("loss/sft", nll, 1)
             stats = clip_and_step(policy, optimizer, scheduler, max_grad_norm)
@@ -531,43 +531,6 @@ def grpo_update(
     metrics["optim/updates"] = float(sum(len(epoch) for epoch in plan))
     metrics.update({k: sums[k] / weights[k] for k in sums})
     return metrics
-
-
-@dataclass(frozen=True)
-class _SFTTerm:
-    """The SFT term of a GRPO update (``grpo.sft_coef``): its demonstrations as one batch."""
-
-    batch: TensorBatch
-    coef: float
-    normalizer: int
-    micro_batch_size: int
-
-    @classmethod
-    def of(
-        cls, demonstrations: Sequence[Trajectory], coef: float, *, pad_token_id: int, max_length: int | None, micro_batch_size: int, device: torch.device
-    ) -> _SFTTerm | None:
-        if coef == 0 or not demonstrations:
-            return None
-        batch = TensorBatch.from_tokens(collate(demonstrations, pad_token_id=pad_token_id, max_length=max_length), device)
-        normalizer = int(batch.loss_mask.sum())
-        if normalizer == 0:
-            raise TrainerError("the SFT term's demonstrations have no assistant token to learn (are they cut by sft.max_length?)")
-        return cls(batch, coef, normalizer, micro_batch_size)
-
-    def backward(self, policy: torch.nn.Module, *, share_prefix: bool) -> float:
-        """Back-propagate ``coef`` x the masked NLL per loss token; returns the NLL (unweighted)."""
-        total = 0.0
-        for start in range(0, len(self.batch), self.micro_batch_size):
-            micro = self.batch.rows(slice(start, start + self.micro_batch_size))
-            row_loss = partial(_weighted_row_nll, self.coef, micro.loss_mask, self.normalizer)
-            logprobs, _ = backward_by_row(policy, micro, row_loss, share_prefix=share_prefix)
-            total += masked_nll(logprobs, micro.loss_mask, self.normalizer).item()
-        return total
-
-
-def _weighted_row_nll(coef: float, loss_mask: torch.Tensor, normalizer: int, r: int, logprobs: torch.Tensor) -> torch.Tensor:
-    """Row ``r``'s term of ``coef`` x :func:`~agentgym.trainers.sft.masked_nll`, from its ``[1, L]`` logprobs."""
-    return coef * masked_nll(logprobs, loss_mask[r : r + 1], normalizer)
 
 
 def _grpo_loss(
