@@ -414,7 +414,7 @@ def test_the_shipped_experiment_configs_load(name, tmp_path) -> None:
         train_config_for(config, GRPO, config.seeds[0], [], [], tmp_path, change=change)
 
 
-def test_an_arm_with_grpos_sft_term_demonstrates_the_sft_phases_tasks(tmp_path) -> None:
+def test_an_arms_demonstrations_are_the_sft_phases_tasks(tmp_path) -> None:
     from agentgym.trainers.experiment.config import GRPO, train_config_for
 
     config = load_experiment(_SHIPPED_EXPERIMENTS / "learning_cpu.yaml")
@@ -424,6 +424,12 @@ def test_an_arm_with_grpos_sft_term_demonstrates_the_sft_phases_tasks(tmp_path) 
     assert anchored.rollout.task_ids == ("sql-0003",)
     plain = train_config_for(config, GRPO, 10, sft_tasks, grpo_tasks, tmp_path)
     assert plain.sft.task_ids is None  # the configuration of a plain GRPO phase stays as it was
+    # The SFT term's control: more SFT steps from the SFT model, and no GRPO step.
+    continued = train_config_for(
+        config, GRPO, 10, sft_tasks, grpo_tasks, tmp_path, change={"grpo": {"steps": 0}, "sft": {"steps": 10, "optim": {"lr": 2.0e-5}}}
+    )
+    assert continued.grpo.steps == 0 and continued.sft.steps == 10 and continued.sft.task_ids == ("sql-0001", "sql-0002")
+    assert continued.sft.optim is not None and continued.sft.optim.lr == 2.0e-5
 
 
 def test_the_report_shows_what_each_seed_learned_side_by_side() -> None:

@@ -290,8 +290,8 @@ def train_config_for(
     data.update(sections, env_id=config.env_id, seed=seed, output_dir=str(run), model=str(model) if model is not None else config.model)
     for key, value in (change or {}).items():
         data[key] = {**data.get(key, {}), **value} if isinstance(value, Mapping) else value
-    if phase != SFT and (data.get("grpo") or {}).get("sft_coef"):
-        # GRPO's SFT term demonstrates the SFT phase's tasks, not its own.
+    if phase != SFT and ((data.get("grpo") or {}).get("sft_coef") or data["sft"].get("steps")):
+        # Demonstrations in an arm (GRPO's SFT term, or SFT steps the arm adds) are the SFT phase's tasks, not GRPO's.
         data["sft"] = {**data["sft"], "task_ids": split_ids(sft_tasks).get(grpo_split, []) or None}
     if phase == SFT and sft_tasks and _single_split(sft_tasks, "sft_tasks") != grpo_split:
         raise ConfigError("sft_tasks and grpo_tasks must come from the same split (the trainer's rollout split)")
