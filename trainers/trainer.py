@@ -31,6 +31,7 @@ from __future__ import annotations
 import copy
 import math
 import shutil
+import time
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -299,6 +300,7 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
         # The process's peak so far before and after each stage: the stage that raised it is where
         # the memory went (before: loading, the last step's checkpoint, evaluations).
         peaks = {"memory/peak_mib_before": peak_resident_mib()}
+        started = time.perf_counter()
         # Rollouts: the policy samples group_size episodes of each of this step's tasks
         # (with resample_rounds, more rounds of fresh tasks while groups lack a signal).
         play = partial(_play_round, _backend(run.policy, run.tokenizer, config), config, train_pool, state.step, run.display)
@@ -310,6 +312,7 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
             episodes = drawn = play(0)
             sampling = {}
         peaks["memory/peak_mib_rollout"] = peak_resident_mib()
+        rolled_out = time.perf_counter()
         # Rewards -> advantages -> several epochs of clipped updates.
         update = grpo_update(
             run.policy,
@@ -330,7 +333,8 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
         _advance_schedule(scheduler, updates_per_step - int(update["optim/updates"]))
         state.step += 1
         peaks["memory/peak_mib_update"] = peak_resident_mib()
-        metrics = {**rollout_metrics(drawn), **sampling, **update, **peaks}
+        seconds = {"time/rollout_s": rolled_out - started, "time/update_s": time.perf_counter() - rolled_out}
+        metrics = {**rollout_metrics(drawn), **sampling, **update, **peaks, **seconds}
         run.logger.log("grpo", _global_step(config, state), state.step, metrics)
         for warning in run.monitor.update(state.step, metrics):
             state.warnings.append(warning)
