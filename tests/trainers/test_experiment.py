@@ -175,8 +175,11 @@ def test_more_arms_extend_a_finished_run_from_its_sft_models(finished, tmp_path)
     hot = {"rollout": {"temperature": 1.5}}
     # Another file may extend the folder: its own development section and choices document it.
     development = DevelopmentSection(seeds=(7,), evaluation_tasks=TaskPick(splits=("val",)))
+    # Its control (the arm that isolates what it adds) gets a paired difference of its own.
+    controls = {"hot": "env_tokens_in_loss"}
     more = run_experiment(
-        dataclasses.replace(config, ablations={**config.ablations, "hot": hot}, development=development, output_dir=str(extended)), log=lambda line: None
+        dataclasses.replace(config, ablations={**config.ablations, "hot": hot}, controls=controls, development=development, output_dir=str(extended)),
+        log=lambda line: None,
     )
     assert {path: path.stat().st_mtime_ns for path in kept} == kept
     for seed in config.seeds:
@@ -185,6 +188,17 @@ def test_more_arms_extend_a_finished_run_from_its_sft_models(finished, tmp_path)
         assert hot_run["model"].endswith(f"sft/seed-{seed}/run/model") and hot_run["rollout"]["temperature"] == 1.5
     assert {arm: more["arms"][arm] for arm in summary["arms"]} == summary["arms"]
     assert more["arms"]["hot"]["n"] == 2 * 2 * 2 and "hot" in (extended / "results.md").read_text()
+    control = {
+        (r["seed"], r["task_id"], r["trial"]): r["success"]
+        for s in config.seeds
+        for r in read_jsonl(extended / "env_tokens_in_loss" / f"seed-{s}" / "eval.jsonl")
+    }
+    diffs = [
+        r["success"] - control[(r["seed"], r["task_id"], r["trial"])] for s in config.seeds for r in read_jsonl(extended / "hot" / f"seed-{s}" / "eval.jsonl")
+    ]
+    delta = more["delta_hot_minus_env_tokens_in_loss"]
+    assert delta["n_pairs"] == len(diffs) and delta["mean"] == pytest.approx(sum(diffs) / len(diffs))
+    assert "hot − env_tokens_in_loss" in (extended / "results.md").read_text()
     assert set(yaml.safe_load((extended / "experiment.yaml").read_text())["ablations"]) == {"env_tokens_in_loss", "hot"}
     # A configuration that does not list an arm the folder has leaves it there, as configured.
     again = run_experiment(dataclasses.replace(config, ablations={}, output_dir=str(extended)), log=lambda line: None)
@@ -283,6 +297,9 @@ def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None
         load({"grpo_tasks": {"task_ids": ["letters-3"], "difficulties": ["easy"]}})
     with pytest.raises(ConfigError, match="ablation name 'sft' is taken by an arm"):
         load({"ablations": {"sft": {"grpo": {"steps": 2}}}})
+    with pytest.raises(ConfigError) as info:
+        load({"controls": {"grpo": "grpo", "env_tokens_in_loss": "longer_sft"}})
+    assert info.value.problems == ["controls: 'longer_sft' is not an arm of this experiment", "controls: 'grpo' cannot be its own control"]
 
 
 def test_experiment_configs_check_themselves_when_made() -> None:

@@ -151,6 +151,9 @@ class ExperimentConfig:
             available when the run starts (the default: on 2 CPU cores the main job's two
             phases peak near 6 GB together, see docs/trainer.md). A phase alone always runs. It
             decides only which phases run side by side, never a result.
+        controls: for an arm, the arm that isolates what it adds (its control), by name, e.g.
+            ``{"grpo_sft_term": "sft_continued"}``; the summary adds each pair's paired difference
+            (arm minus control) to the ones against SFT and GRPO.
         development: the seeds and evaluation tasks configuration choices are made on
             (``None``: the configuration declares none).
         choices: each configuration decision and what it was made on (listed in the report).
@@ -168,6 +171,7 @@ class ExperimentConfig:
     ablations: dict[str, Annotated[dict[str, Any], Field(min_length=1)]] = field(default_factory=dict)
     jobs: Annotated[int, Field(ge=1)] = 1
     memory_limit_gb: Annotated[float, Field(gt=0)] | None = None
+    controls: dict[str, str] = field(default_factory=dict)
     development: DevelopmentSection | None = None
     choices: tuple[Choice, ...] = ()
     run: Literal["reported", "development"] = "reported"
@@ -177,6 +181,9 @@ class ExperimentConfig:
         # sets itself (env_id, model, seed, output_dir) and to the names of its own arms.
         problems = [f"training.{key} is set by the experiment; leave it out" for key in _RESERVED if key in self.training]
         problems += [f"ablation name {name!r} is taken by an arm" for name in self.ablations if name in (BASE, SFT, GRPO)]
+        arms = (BASE, SFT, GRPO, *self.ablations)
+        problems += [f"controls: {name!r} is not an arm of this experiment" for pair in self.controls.items() for name in pair if name not in arms]
+        problems += [f"controls: {arm!r} cannot be its own control" for arm, control in self.controls.items() if arm == control]
         dev = self.development
         if dev is not None and self.run == "reported":
             shared = sorted(set(dev.seeds) & set(self.seeds))

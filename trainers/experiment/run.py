@@ -360,7 +360,8 @@ def _record_config(config: ExperimentConfig, out: Path) -> ExperimentConfig:
         # Where the folder is (it may have been moved), its seeds and its arms aside, the configuration must be the same.
         # The choices' notes and the development section document the configuration; they do not
         # change what a reported run runs (another file's arms may extend a folder: same protocol).
-        unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None, "ablations": None, "development": None}
+        # Nor do the controls, which only add paired differences to the summary.
+        unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None, "ablations": None, "controls": None, "development": None}
         # Nor do the rows an evaluation decodes at once (memory, not results).
         if {**_without_max_batch_size(recorded), **unchanged} != {**_without_max_batch_size(data), **unchanged}:
             raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")

@@ -63,6 +63,9 @@ def summarize_experiment(out: str | Path) -> dict[str, Any]:
     for arm in config.ablations:
         if arm in episodes and GRPO in episodes:
             summary[f"delta_{arm}_minus_grpo"] = _paired_delta(episodes[arm], episodes[GRPO])
+    for arm, control in config.controls.items():
+        if arm in episodes and control in episodes and f"delta_{arm}_minus_{control}" not in summary:
+            summary[f"delta_{arm}_minus_{control}"] = _paired_delta(episodes[arm], episodes[control])
     curves = {arm: _curves(out, arm, config.seeds) for arm in [GRPO, *config.ablations]}
     summary["grpo_curves"] = {arm: c for arm, c in curves.items() if c}
     timings = PhaseTimings(out / "timings.json")
