@@ -302,6 +302,42 @@ def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None
     assert info.value.problems == ["controls: 'longer_sft' is not an arm of this experiment", "controls: 'grpo' cannot be its own control"]
 
 
+def test_a_file_extends_another(tiny_model_dir, tmp_path) -> None:
+    base = {**_config(tiny_model_dir, tmp_path / "out"), "choices": [{"option": "seeds", "value": [0, 1], "made_on": "nothing"}]}
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "base.yaml").write_text(yaml.safe_dump(base))
+    top = {
+        "extends": "base.yaml",
+        "seeds": [2],
+        "training": {"grpo": {"steps": 3}},
+        "ablations": {"no_mask_again": {"grpo": {"train_on_env_tokens": True}}},
+        "choices": [{"option": "training.grpo.steps", "value": 3, "made_on": "a test"}],
+    }
+    (tmp_path / "configs" / "top.yaml").write_text(yaml.safe_dump(top))
+    config = load_experiment(tmp_path / "configs" / "top.yaml")
+    assert config.seeds == (2,)  # a value replaces the extended file's
+    assert config.training["grpo"] == {"steps": 3, "micro_batch_size": 2}  # mappings merge key by key
+    assert config.training["sft"] == base["training"]["sft"] and config.model == str(tiny_model_dir)
+    assert list(config.ablations) == ["env_tokens_in_loss", "no_mask_again"]
+    assert [c.option for c in config.choices] == ["seeds", "training.grpo.steps"]  # choices add up
+    # The same file without extends, written out, loads to the same configuration.
+    flat = {**base, "seeds": [2], "training": {**base["training"], "grpo": {"steps": 3, "micro_batch_size": 2}}}
+    flat["ablations"] = {**base["ablations"], **top["ablations"]}
+    flat["choices"] = [*base["choices"], *top["choices"]]
+    (tmp_path / "flat.yaml").write_text(yaml.safe_dump(flat))
+    assert load_experiment(tmp_path / "flat.yaml") == config
+
+    (tmp_path / "configs" / "base.yaml").write_text(yaml.safe_dump({**base, "extends": "top.yaml"}))
+    with pytest.raises(ConfigError, match="extend each other in a cycle"):
+        load_experiment(tmp_path / "configs" / "top.yaml")
+    (tmp_path / "configs" / "top.yaml").write_text(yaml.safe_dump({**top, "extends": "missing.yaml"}))
+    with pytest.raises(ConfigError, match="cannot read .*missing.yaml"):
+        load_experiment(tmp_path / "configs" / "top.yaml")
+    (tmp_path / "configs" / "top.yaml").write_text(yaml.safe_dump({**top, "extends": 3}))
+    with pytest.raises(ConfigError, match="extends must name an experiment file"):
+        load_experiment(tmp_path / "configs" / "top.yaml")
+
+
 def test_experiment_configs_check_themselves_when_made() -> None:
     with pytest.raises(ConfigError, match=r"jobs: must be >= 1 \(got 0\)"):
         ExperimentConfig(env_id=TOY_ENV, jobs=0)

@@ -203,25 +203,20 @@ _RESERVED = ("env_id", "model", "seed", "output_dir")
 def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: Sequence[int] | None = None, development: bool = False) -> ExperimentConfig:
     """Read and check an experiment YAML file; ``output_dir`` and ``seeds`` replace the file's.
 
+    A file may start from another: ``extends: learning_cpu.yaml`` (relative to the file's folder)
+    takes that file's options, and the file's own are applied on top (mappings such as
+    ``ablations`` merge key by key, ``choices`` adds to the other file's, other values replace).
+
     With ``development``, the development run: the ``development`` section's seeds (unless
     ``seeds`` is given) and evaluation tasks, in ``<output_dir>/development`` (unless
     ``output_dir`` is given).
 
     Raises:
         ConfigError: unknown keys, wrong types, values out of the bounds the fields declare,
-            conflicting options, a training section the trainer rejects, or ``development``
-            without a development section.
+            conflicting options, a training section the trainer rejects, ``development``
+            without a development section, or files that extend each other in a cycle.
     """
-    import yaml
-
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path} must hold a mapping of options")
+    data = _read_options(Path(path), ())
     try:
         config = CONFIG_ADAPTER.validate_python(data)
         if development:
@@ -238,6 +233,43 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: S
     except ConfigError as exc:  # named as the experiment file names them
         raise ConfigError.listing("experiment configuration", [_in_training(problem) for problem in exc.problems]) from None
     return config
+
+
+def _read_options(path: Path, extending: tuple[Path, ...]) -> dict[str, Any]:
+    """The options of the file at ``path``, on top of those of the file its ``extends`` names (a
+    path relative to it), if any: mappings merge key by key, ``choices`` adds to the extended
+    file's, and any other value replaces the extended file's. ``extending``: the files that extend
+    this one (a file met twice is a cycle)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of options")
+    extends = data.pop("extends", None)
+    if extends is None:
+        return data
+    if not isinstance(extends, str) or not extends:
+        raise ConfigError(f"{path}: extends must name an experiment file (a path relative to {path.name}'s folder)")
+    base = (path.parent / extends).resolve()
+    if base in (*extending, path.resolve()):
+        raise ConfigError(f"{path}: extends {extends}, and the files extend each other in a cycle")
+    inherited = _read_options(base, (*extending, path.resolve()))
+    choices = [*(inherited.get("choices") or []), *(data.pop("choices", None) or [])]
+    merged = _merged(inherited, data)
+    return {**merged, "choices": choices} if choices else merged
+
+
+def _merged(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``top``'s values: mappings merged key by key, anything else replaced."""
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
 
 
 def _development_run(config: ExperimentConfig) -> ExperimentConfig:
