@@ -470,7 +470,7 @@ def test_the_shipped_experiment_configs_load(name, tmp_path) -> None:
 def test_an_arms_demonstrations_are_the_sft_phases_tasks(tmp_path) -> None:
     from agentgym.trainers.experiment.config import GRPO, train_config_for
 
-    config = load_experiment(_SHIPPED_EXPERIMENTS / "learning_cpu.yaml")
+    config = load_experiment(_SHIPPED_EXPERIMENTS / "exploration_cpu.yaml")  # its GRPO arm has no SFT term
     sft_tasks, grpo_tasks = ["train:sql-0001", "train:sql-0002"], ["train:sql-0003"]
     anchored = train_config_for(config, GRPO, 10, sft_tasks, grpo_tasks, tmp_path, change={"grpo": {"sft_coef": 1.0}})
     assert anchored.grpo.sft_coef == 1.0 and anchored.sft.steps == 0 and anchored.sft.task_ids == ("sql-0001", "sql-0002")
