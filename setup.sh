@@ -21,11 +21,12 @@ fi
 
 [ "${1:-}" = "--no-run" ] && exit 0
 
-# The main job: the learning experiment. The bundled SmolLM2-135M-Instruct is fine-tuned on
-# fault-free oracle demonstrations (SFT), then trained with masked GRPO under seeded tool faults,
-# and every arm (base, SFT, GRPO, and GRPO with the loss mask off) is evaluated on held-out test
-# tasks, over 3 training seeds no configuration choice was made on. About 1.5 hours on 2 CPU cores;
-# results in runs/learning/results.md. On seeds no choice was made on, the gain over SFT has been
-# small and seed-dependent (+2.6 points over six fresh seeds on a GPU; this job's own seeds 10-12
-# on a CPU: +8.2, one seed +30.4 and two -2.9; docs/results.md says what works and what does not). An interrupted run resumes where it stopped when started again.
+# The main job: the learning experiment (protocol v2). The bundled SmolLM2-135M-Instruct is
+# fine-tuned to convergence on fault-free oracle demonstrations (SFT), then trained with masked GRPO
+# under seeded tool faults (the SFT loss kept in every update), and every arm (base, SFT, GRPO, and
+# GRPO's control: the same extra SFT steps without rewards) is evaluated on held-out test tasks,
+# over 3 training seeds no configuration choice was made on. About 80 minutes on 2 CPU cores;
+# results in runs/learning/results.md. Its reported run found no gain: GRPO won and lost exactly
+# the SFT models' episodes (docs/results.md says why and what was tried). An interrupted run
+# resumes where it stopped when started again.
 agentgym experiment trainers/configs/experiments/learning_cpu.yaml

@@ -255,10 +255,10 @@ def _read_options(path: Path, extending: tuple[Path, ...]) -> dict[str, Any]:
         return data
     if not isinstance(extends, str) or not extends:
         raise ConfigError(f"{path}: extends must name an experiment file (a path relative to {path.name}'s folder)")
-    base = (path.parent / extends).resolve()
-    if base in (*extending, path.resolve()):
+    base, reading = (path.parent / extends).resolve(), (*extending, path.resolve())
+    if base in reading:
         raise ConfigError(f"{path}: extends {extends}, and the files extend each other in a cycle")
-    inherited = _read_options(base, (*extending, path.resolve()))
+    inherited = _read_options(base, reading)
     choices = [*(inherited.get("choices") or []), *(data.pop("choices", None) or [])]
     merged = _merged(inherited, data)
     return {**merged, "choices": choices} if choices else merged
