@@ -257,6 +257,7 @@ class TurnRecord(TypedDict):
     terminated: bool
     truncated: bool
     info: StepInfo | StepError  # StepError when the environment raised on the turn
+    opening_tokens: NotRequired[int]  # leading sampled_ids given, not sampled (rollout.error_tool_exploration); absent when none
 
 
 class SegmentDict(TypedDict):

@@ -227,7 +227,7 @@ class RolloutSection(RolloutSettings):
     """How training rollouts are collected: every field of :class:`agentgym.rollouts.settings.RolloutSettings`,
     inherited (``max_turns``, ``max_new_tokens``, ``max_total_tokens``, ``temperature`` — also
     applied to the logits the loss sees — ``error_temperature``, ``error_temperature_tokens``,
-    ``error_temperature_offset``, ``top_p``, ``template_kwargs``, ``tool_mode``; a setting added
+    ``error_temperature_offset``, ``error_tool_exploration``, ``top_p``, ``template_kwargs``, ``tool_mode``; a setting added
     there is an option here), plus what to roll out, with the
     trainer's own defaults and bounds. ``RolloutSettings`` checks its own budgets and sampling
     values; :func:`agentgym.trainers.trainer.rollout_config` passes every field this section
@@ -241,6 +241,9 @@ class RolloutSection(RolloutSettings):
         error_temperature_tokens: the tokens of that turn sampled at ``error_temperature``, from
             its ``error_temperature_offset``-th on (``None``: all of them); the rest at ``temperature``.
         error_temperature_offset: the tokens of that turn before those (sampled at ``temperature``).
+        error_tool_exploration: probability that the turn after a failed tool call opens with a
+            call to a random tool (the model writes its arguments); the given tokens are scored
+            by the loss as the model's own (see :class:`agentgym.rollouts.settings.RolloutSettings`).
         split: task split the training tasks come from.
         task_ids: the training task pool; ``None`` (not an empty list) means every task of ``split``.
         num_tasks: distinct tasks per GRPO step, drawn from the pool in a seeded order that
@@ -519,6 +522,11 @@ def _combination_problems(c: TrainConfig) -> list[str]:
             c.grpo.old_logprobs != "sampling" or c.rollout.error_temperature is None,
             "grpo.old_logprobs='sampling' does not go with rollout.error_temperature: turns after a tool error are sampled "
             "at another temperature than the loss uses (use 'recompute')",
+        ),
+        (
+            c.grpo.old_logprobs != "sampling" or not c.rollout.error_tool_exploration,
+            "grpo.old_logprobs='sampling' does not go with rollout.error_tool_exploration: the tokens it gives have no "
+            "sampling logprobs of the policy (use 'recompute')",
         ),
         (
             not c.grpo.train_on_env_tokens or c.grpo.old_logprobs == "recompute",

@@ -51,7 +51,7 @@ from agentgym.records import EpisodeRecord
 from agentgym.rollouts.batching import collate
 from agentgym.rollouts.chat import ChatRenderer
 from agentgym.rollouts.runner import Episode, RolloutConfig, run_rollouts
-from agentgym.rollouts.settings import NO_ERROR_TEMPERATURE, settings_of
+from agentgym.rollouts.settings import NO_EXPLORATION, settings_of
 from agentgym.rollouts.trajectory import Trajectory
 from agentgym.seeding import derive_seed, stream_rng
 from agentgym.trainers.checkpoint import folder_bytes, latest_checkpoint, load_checkpoint_state, restore_checkpoint, save_checkpoint
@@ -648,7 +648,7 @@ def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, e
     r, e = config.rollout, config.eval
     played: dict[str, Any] = {"env_id": config.env_id, "task_ids": tuple(task_ids), "seed": seed, "env_kwargs": dict(r.env_kwargs)}
     if evaluation:
-        played.update(split=e.split, group_size=e.samples, temperature=e.temperature, distinct_env_seeds=False, **NO_ERROR_TEMPERATURE)
+        played.update(split=e.split, group_size=e.samples, temperature=e.temperature, distinct_env_seeds=False, **NO_EXPLORATION)
     temperature = played.get("temperature", r.temperature)
     played["top_p"] = r.top_p if temperature > 0 else 1.0
     return RolloutConfig(**{**settings_of(r, RolloutConfig), **played})

@@ -213,6 +213,30 @@ class ChatRenderer:
             raise TemplateError(f"text after the end-of-turn token merges with it: {text[:40]!r}")
         return ids[1:]
 
+    def call_openings(self) -> tuple[tuple[int, ...], ...]:
+        """Per tool, the token ids that open a call to it, up to its first argument's name.
+
+        A call is rendered as :func:`agentgym.parsing.format_tool_call` writes it (the format the
+        scripted demonstrations use) and cut after the name of the tool's first required argument
+        (its first argument when none is required; the whole call when it takes none). The ids are
+        those of the whole call's tokenisation that end by that point, so the model continues the
+        call as it would have tokenised it (the key name is not merged with what follows).
+        """
+        from agentgym.parsing import format_tool_call  # the renderer does not otherwise parse calls
+
+        openings = []
+        for tool in self.tools:
+            function = tool["function"]
+            parameters = function.get("parameters") or {}
+            names = [*parameters.get("required", ()), *parameters.get("properties", {})]
+            text = format_tool_call(function["name"], {names[0]: ""} if names else {})
+            end = text.index(json.dumps(names[0])) + len(json.dumps(names[0])) - 1 if names else len(text)
+            ids = self.encode(text)
+            # The longest prefix of the call's own tokens that stays within the opening.
+            kept = max(k for k in range(len(ids) + 1) if len(self.tokenizer.decode(ids[:k])) <= end)
+            openings.append(tuple(ids[:kept]))
+        return tuple(openings)
+
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """Token ids of an opening conversation followed by the assistant generation prompt."""
         return self.encode(self.render_text(self.prepare(messages), add_generation_prompt=True))

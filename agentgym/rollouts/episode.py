@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import gymnasium as gym
+import numpy as np
 
 from agentgym.env import agent_env
 from agentgym.models.backend import Generation, SamplingParams, decode_visible
@@ -45,6 +46,8 @@ from agentgym.seeding import derive_seed
 from agentgym.tools import InfraError
 
 __all__ = ["EpisodeOutcome", "EpisodeTokens", "RolloutSettings", "StopReason", "TokenEpisode", "episode_outcome", "turn_seed"]
+
+_TOOL_EXPLORATION_STREAM = 1  # derive_seed's name for the draws of error_tool_exploration, beside a turn's seed
 
 
 def turn_seed(seed: int, episode: int, turn: int) -> int:
@@ -162,6 +165,7 @@ class TokenEpisode:
         self._final: Trajectory | None = None
         self._seed: int | None = None  # the next turn's sampling seed (sampling_params())
         self._sampled: tuple[tuple[int, ...], Generation] | None = None  # the turn added, waiting for step_env(): its prompt and generation
+        self.opening_ids: tuple[int, ...] = ()  # the next turn's given opening (sampling_params())
         self._phase = "generate"  # generate -> step -> observe -> generate ...; "over" at the end
         if self.room() < 1:
             self._end("token_budget")
@@ -213,13 +217,21 @@ class TokenEpisode:
 
         Right after a step with a failed tool call, ``error_temperature`` replaces ``temperature``:
         for the whole turn, or for ``error_temperature_tokens`` of its tokens from the
-        ``error_temperature_offset``-th on.
+        ``error_temperature_offset``-th on. There too, with probability ``error_tool_exploration``,
+        the turn opens with a call to a random tool: :attr:`opening_ids` are then the tokens the
+        turn begins with, given rather than sampled. The caller samples the rest from
+        ``token_ids`` + ``opening_ids`` and passes :meth:`add_generation` both, the opening first.
         """
         self._expect("generate")
         self._seed = seed
         settings = self.settings
+        self.opening_ids = self._explored_opening(seed) if self.after_error() else ()
         params = SamplingParams(
-            temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=self.room(), seed=seed, stop_token_ids=(self.renderer.eot_token_id,)
+            temperature=settings.temperature,
+            top_p=settings.top_p,
+            max_new_tokens=self.room() - len(self.opening_ids),
+            seed=seed,
+            stop_token_ids=(self.renderer.eot_token_id,),
         )
         if settings.error_temperature is None or not self.after_error():
             return params
@@ -228,6 +240,18 @@ class TokenEpisode:
         return replace(
             params, hot_tokens=settings.error_temperature_tokens, hot_offset=settings.error_temperature_offset, hot_temperature=settings.error_temperature
         )
+
+    def _explored_opening(self, seed: int) -> tuple[int, ...]:
+        """The opening of a call to a tool drawn uniformly, with probability ``error_tool_exploration``
+        (seeded by the turn's ``seed``); none when it leaves the turn no token to sample."""
+        if not self.settings.error_tool_exploration:
+            return ()
+        draw = np.random.default_rng(derive_seed(seed, _TOOL_EXPLORATION_STREAM))
+        if draw.random() >= self.settings.error_tool_exploration:
+            return ()
+        openings = self.renderer.call_openings()
+        opening = openings[int(draw.integers(len(openings)))] if openings else ()
+        return opening if len(opening) < self.room() else ()
 
     def after_error(self) -> bool:
         """Whether the last step had a failed tool call (its ``info["turn_tool_errors"]`` above 0)."""
@@ -257,6 +281,8 @@ class TokenEpisode:
         ids = tuple(int(t) for t in token_ids)
         if not ids:
             raise ValueError("the generation has no tokens")
+        if ids[: len(self.opening_ids)] != self.opening_ids:
+            raise ValueError(f"the turn must begin with its opening_ids {list(self.opening_ids)} (see sampling_params())")
         if logprobs is not None and len(logprobs) != len(ids):
             raise ValueError(f"{len(ids)} token ids but {len(logprobs)} logprobs")
         generation = Generation(
@@ -307,9 +333,10 @@ class TokenEpisode:
                 "terminated": bool(terminated),
                 "truncated": bool(truncated),
                 "info": info,
+                **({"opening_tokens": len(self.opening_ids)} if self.opening_ids else {}),
             }
         )
-        self._seed, self._sampled = None, None
+        self._seed, self._sampled, self.opening_ids = None, None, ()
         if self.error is not None:
             return None
         if terminated or truncated:

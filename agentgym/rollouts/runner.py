@@ -429,7 +429,7 @@ class _Run:
             return
         self.live[key] = live
         params = episode.sampling_params(turn_seed(self.config.seed, key, len(episode.turns)))
-        prompt = episode.token_ids
+        prompt = [*episode.token_ids, *episode.opening_ids]  # an explored turn's given opening is sampled from
         self.timing.prompt_tokens += len(prompt)
         self.stream.submit(key, prompt, params)
 
@@ -438,7 +438,8 @@ class _Run:
         tick = time.perf_counter()
         self.timing.sampled_tokens += len(generation.token_ids)
         self.turns_played += 1
-        content = live.episode.add_generation(generation.token_ids, generation.logprobs)
+        opening = live.episode.opening_ids  # given tokens: probability 1 under the sampling that chose them
+        content = live.episode.add_generation((*opening, *generation.token_ids), (0.0,) * len(opening) + tuple(generation.logprobs))
         self.timing.render_s += time.perf_counter() - tick
         return content
 

@@ -30,7 +30,7 @@ from agentgym.rollouts.chat import ToolMode
 if TYPE_CHECKING:
     from agentgym.rollouts.chat import ChatRenderer
 
-__all__ = ["NO_ERROR_TEMPERATURE", "RolloutConfig", "RolloutSettings", "ToolMode", "bound_problem", "check_settings", "setting", "settings_of"]
+__all__ = ["NO_EXPLORATION", "RolloutConfig", "RolloutSettings", "ToolMode", "bound_problem", "check_settings", "setting", "settings_of"]
 
 
 def setting(
@@ -98,7 +98,7 @@ def settings_of(source: Any, cls: Any = None) -> dict[str, Any]:
     return {field.name: getattr(source, field.name) for field in dataclasses.fields(cls or RolloutSettings) if hasattr(source, field.name)}
 
 
-NO_ERROR_TEMPERATURE: Mapping[str, Any] = {"error_temperature": None, "error_temperature_tokens": None, "error_temperature_offset": 0}
+NO_EXPLORATION: Mapping[str, Any] = {"error_temperature": None, "error_temperature_tokens": None, "error_temperature_offset": 0, "error_tool_exploration": 0.0}
 """The settings that turn the exploration after errors off (evaluations sample every turn alike)."""
 
 
@@ -130,6 +130,16 @@ class RolloutSettings:
             ``hf`` backend.
         error_temperature_offset: tokens of that turn sampled at ``temperature`` before the
             ``error_temperature_tokens`` (0: from the first).
+        error_tool_exploration: probability that a turn following a failed tool call opens with a
+            call to a tool drawn uniformly from the environment's tools, written by the runner up
+            to the tool's first argument name (in :func:`agentgym.parsing.format_tool_call`'s
+            format); the model writes the rest. An exploration aid for training, for a decision
+            too rare to sample at any temperature (a converged SFT model that never retries a
+            failed call). The given tokens count as the model's in the loss, scored as if the
+            model had sampled them: a biased estimate on purpose (an importance weight would
+            scale their gradient by the probability the model gives them, about 0). Seeded by
+            the turn's seed; 0 (the default) never. Hot tokens of ``error_temperature_tokens``
+            count from the first token after the given ones.
         top_p: nucleus mass in (0, 1].
         template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
         tool_mode: how tools are shown to the model (see :class:`agentgym.rollouts.chat.ChatRenderer`).
@@ -146,6 +156,9 @@ class RolloutSettings:
         None, help="tokens of that turn sampled at the error temperature (from the offset on), the rest at the temperature", min=1, unset="the whole turn"
     )
     error_temperature_offset: int = setting(0, help="tokens of that turn sampled at the temperature before the error temperature's", min=0)
+    error_tool_exploration: float = setting(
+        0.0, help="probability that a turn following a failed tool call opens with a call to a random tool (exploration for training)", min=0, max=1
+    )
     top_p: float = setting(1.0, help="nucleus sampling mass in (0, 1]", above=0, max=1)
     template_kwargs: Mapping[str, Any] = setting(help='extra chat-template variables, e.g. {"enable_thinking": false}', default_factory=dict)
     tool_mode: ToolMode = setting("auto", help="how tools are shown to the model", choices=get_args(ToolMode))

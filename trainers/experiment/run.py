@@ -284,7 +284,7 @@ def _evaluate(
     from agentgym.models import load_model
     from agentgym.models.hf import HFBackend
     from agentgym.rollouts.runner import RolloutConfig, RolloutRunner
-    from agentgym.rollouts.settings import NO_ERROR_TEMPERATURE, settings_of
+    from agentgym.rollouts.settings import NO_EXPLORATION, settings_of
 
     log(f"evaluating {arm}" + (f" seed {seed}" if seed is not None else ""))
     training = config_from_dict({**config.training, "env_id": config.env_id})
@@ -297,7 +297,7 @@ def _evaluate(
         # so one batch holds every episode of the split.
         # The training rollouts' settings (budgets, chat template), sampled at the evaluation's
         # temperature from the whole distribution: no nucleus, no error temperature.
-        settings = {**settings_of(r), "temperature": ev.temperature, **NO_ERROR_TEMPERATURE, "top_p": 1.0}
+        settings = {**settings_of(r), "temperature": ev.temperature, **NO_EXPLORATION, "top_p": 1.0}
         rollout = RolloutConfig(
             config.env_id,
             split=split,
