@@ -316,26 +316,26 @@ class TokenEpisode:
             observation, reward, terminated, truncated, info = [], 0.0, False, True, {"error": message}
         assert self._sampled is not None
         prompt, generation = self._sampled
-        self.turns.append(
-            {
-                "turn": len(self.turns),
-                "seed": self._seed,
-                "prompt_ids": prompt,
-                "sampled_ids": generation.token_ids,
-                "logprobs": generation.logprobs,
-                "finish_reason": generation.finish_reason,
-                "text": generation.text,
-                "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in parsed.tool_calls],
-                "parse_errors": list(parsed.errors),
-                "env_messages": observation,
-                "env_message_ids": (),
-                "reward": float(reward),
-                "terminated": bool(terminated),
-                "truncated": bool(truncated),
-                "info": info,
-                **({"opening_tokens": len(self.opening_ids)} if self.opening_ids else {}),
-            }
-        )
+        record: TurnRecord = {
+            "turn": len(self.turns),
+            "seed": self._seed,
+            "prompt_ids": prompt,
+            "sampled_ids": generation.token_ids,
+            "logprobs": generation.logprobs,
+            "finish_reason": generation.finish_reason,
+            "text": generation.text,
+            "tool_calls": [{"name": c.name, "arguments": c.arguments, "id": c.id} for c in parsed.tool_calls],
+            "parse_errors": list(parsed.errors),
+            "env_messages": observation,
+            "env_message_ids": (),
+            "reward": float(reward),
+            "terminated": bool(terminated),
+            "truncated": bool(truncated),
+            "info": info,
+        }
+        if self.opening_ids:
+            record["opening_tokens"] = len(self.opening_ids)
+        self.turns.append(record)
         self._seed, self._sampled, self.opening_ids = None, None, ()
         if self.error is not None:
             return None
