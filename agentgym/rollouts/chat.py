@@ -19,6 +19,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from agentgym.parsing import format_tool_call
+
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
@@ -222,8 +224,6 @@ class ChatRenderer:
         those of the whole call's tokenisation that end by that point, so the model continues the
         call as it would have tokenised it (the key name is not merged with what follows).
         """
-        from agentgym.parsing import format_tool_call  # the renderer does not otherwise parse calls
-
         openings = []
         for tool in self.tools:
             function = tool["function"]
