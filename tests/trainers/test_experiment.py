@@ -492,16 +492,22 @@ def test_the_report_shows_what_each_seed_learned_side_by_side() -> None:
 
     sft = [episode(0, "t1", False, "sft-0-t1"), episode(0, "t2", False, "sft-0-t2"), episode(1, "t1", True, "sft-1-t1"), episode(1, "t2", False, "sft-1-t2")]
     grpo = [episode(0, "t1", True, "grpo-0-t1"), episode(0, "t2", True, "grpo-0-t2"), episode(1, "t1", False, "grpo-1-t1"), episode(1, "t2", True, "grpo-1-t2")]
-    text = "\n".join(_examples({"sft": sft, "grpo": grpo}))
+    text = "\n".join(_examples({"sft": sft, "grpo": grpo}, [("sft", "grpo")]))
     titles = re.findall(r"^### (.*)$", text, flags=re.MULTILINE)
     # The first improvement of every seed, then the first task where GRPO did worse than SFT.
     assert titles == [
-        "SFT failed, GRPO succeeded: seed 0, t1 (trial 0)",
-        "SFT failed, GRPO succeeded: seed 1, t2 (trial 0)",
-        "SFT succeeded, GRPO failed: seed 1, t1 (trial 0)",
+        "sft failed, grpo succeeded: seed 0, t1 (trial 0)",
+        "sft failed, grpo succeeded: seed 1, t2 (trial 0)",
+        "sft succeeded, grpo failed: seed 1, t1 (trial 0)",
     ]
     assert text.index("sft-1-t2") < text.index("grpo-1-t2") and "grpo-0-t2" not in text
-    assert _examples({"sft": sft[:1], "grpo": [episode(0, "t1", False, "x")]}) == []  # nothing changed, nothing shown
+    assert _examples({"sft": sft[:1], "grpo": [episode(0, "t1", False, "x")]}, [("sft", "grpo")]) == []  # nothing changed, nothing shown
+    # An ablation arm is shown beside its control, after GRPO beside SFT; a pair missing an arm is skipped.
+    explore = [episode(1, "t1", True, "explore-1-t1"), episode(1, "t2", True, "explore-1-t2")]
+    text = "\n".join(_examples({"sft": sft, "grpo": grpo, "explore": explore}, [("sft", "grpo"), ("grpo", "explore"), ("control", "explore")]))
+    titles = re.findall(r"^### (.*)$", text, flags=re.MULTILINE)
+    assert titles[3:] == ["grpo failed, explore succeeded: seed 1, t1 (trial 0)"]
+    assert "## Example trajectories: grpo and explore of one seed" in text and "control" not in text
 
 
 def test_trainings_start_first_sft_before_grpo_and_evaluations_fill_the_free_slots() -> None:

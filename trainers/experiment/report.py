@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from agentgym.trainers.diagnostics import save_plot
-from agentgym.trainers.experiment.config import GRPO, SFT
+from agentgym.trainers.experiment.config import BASE, GRPO, SFT
 
 __all__ = ["results_markdown", "suite_markdown", "write_plots"]
 
@@ -83,8 +83,8 @@ def results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequence
         "",
         "| arm | success | 95% CI | n | per seed | mean ± sd over seeds | mean reward | "
         + " | ".join(f"pass^{k}" for k in range(1, trials + 1))
-        + " | success after a fault | turns | sampled tokens |",
-        "|---|---|---|---|---|---|---|" + "---|" * trials + "---|---|---|",
+        + " | success after a fault | malformed calls per turn | turns | sampled tokens |",
+        "|---|---|---|---|---|---|---|" + "---|" * trials + "---|---|---|---|",
     ]
     for arm, a in arms.items():
         per_seed = ", ".join(f"{v:.2f}" for v in a["per_seed"].values())
@@ -93,7 +93,7 @@ def results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequence
             f"| {arm} | {a['success']:.3f} | [{a['ci'][0]:.3f}, {a['ci'][1]:.3f}] | {a['n']} | {per_seed} | "
             f"{a['seed_mean']:.3f} ± {a['seed_std']:.3f} | {a['mean_reward']:.3f} | "
             + " | ".join(f"{a[f'pass^{k}']:.3f}" for k in range(1, trials + 1))
-            + f" | {after} | {a['mean_turns']:.2f} | {a['mean_sampled_tokens']:.1f} |"
+            + f" | {after} | {a['format_errors_per_turn']:.3f} | {a['mean_turns']:.2f} | {a['mean_sampled_tokens']:.1f} |"
         )
     lines += ["", *_delta_lines(summary)]
     templates = sorted({t for a in arms.values() for t in a["per_template"]})
@@ -118,7 +118,10 @@ def results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequence
         for name, mib in peaks.items():
             largest[_phase_kind(name)] = max(largest.get(_phase_kind(name), 0.0), mib)
         lines += ["", "Peak resident memory of a phase process (the largest over seeds): " + ", ".join(f"{k} {v:,.0f} MiB" for k, v in largest.items()) + "."]
-    lines += ["", *_examples(episodes)]
+    # Each arm beside what it is measured against: GRPO beside SFT, an ablation beside its control (GRPO when it has none).
+    controls = summary.get("controls") or {}
+    comparisons = [(SFT, GRPO), *((controls.get(arm, GRPO), arm) for arm in arms if arm not in (BASE, SFT, GRPO) and controls.get(arm) != arm)]
+    lines += ["", *_examples(episodes, comparisons)]
     return "\n".join(lines) + "\n"
 
 
@@ -163,31 +166,36 @@ def _protocol_lines(summary: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def _examples(episodes: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
-    """Side-by-side trajectories, SFT and GRPO of one seed on the same task and environment seed.
+def _examples(episodes: Mapping[str, Sequence[Mapping[str, Any]]], comparisons: Sequence[tuple[str, str]]) -> list[str]:
+    """Side-by-side trajectories of two arms of one seed on the same task and environment seed.
 
-    For every training seed the first task (in evaluation order) where SFT failed and GRPO
+    For each ``(before, after)`` pair of arms (SFT and GRPO; an ablation and its control): for
+    every training seed the first task (in evaluation order) where ``before`` failed and ``after``
     succeeded, since seeds often learn different things, then the first task where it went the
     other way.
     """
-    if SFT not in episodes or GRPO not in episodes:
-        return []
-    sft = {(r["seed"], r["task_id"], r["trial"]): r for r in episodes[SFT]}
-    pairs = [(sft[(r["seed"], r["task_id"], r["trial"])], r) for r in episodes[GRPO]]
-    improved: dict[int, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
-    for before, after in pairs:
-        if after["success"] and not before["success"]:
-            improved.setdefault(after["seed"], (before, after))
-    shown = [("SFT failed, GRPO succeeded", improved[seed]) for seed in sorted(improved)]
-    shown += [("SFT succeeded, GRPO failed", pair) for pair in pairs if pair[0]["success"] and not pair[1]["success"]][:1]
-    lines = ["## Example trajectories (SFT and GRPO of one seed, same task and environment seed)", ""]
-    for title, (before, after) in shown:
-        lines += [f"### {title}: seed {after['seed']}, {after['task_id']} (trial {after['trial']})", ""]
-        for label, row in (("SFT", before), ("GRPO", after)):
-            lines += [f"**{label}** (success {row['success']}, {row['turns']} turns, {row['faults']} fault(s)):", "", "```"]
-            lines += [f"[{m['role']}] {m['content'][:400]}" for m in row["messages"]]
-            lines += ["```", ""]
-    return lines if shown else []
+    lines: list[str] = []
+    for first, second in comparisons:
+        if first not in episodes or second not in episodes or first == second:
+            continue
+        earlier = {(r["seed"], r["task_id"], r["trial"]): r for r in episodes[first]}
+        pairs = [(earlier[key], r) for r in episodes[second] if (key := (r["seed"], r["task_id"], r["trial"])) in earlier]
+        improved: dict[int, tuple[Mapping[str, Any], Mapping[str, Any]]] = {}
+        for before, after in pairs:
+            if after["success"] and not before["success"]:
+                improved.setdefault(after["seed"], (before, after))
+        shown = [(f"{first} failed, {second} succeeded", improved[seed]) for seed in sorted(improved)]
+        shown += [(f"{first} succeeded, {second} failed", pair) for pair in pairs if pair[0]["success"] and not pair[1]["success"]][:1]
+        if not shown:
+            continue
+        lines += [f"## Example trajectories: {first} and {second} of one seed, same task and environment seed", ""]
+        for title, (before, after) in shown:
+            lines += [f"### {title}: seed {after['seed']}, {after['task_id']} (trial {after['trial']})", ""]
+            for label, row in ((first, before), (second, after)):
+                lines += [f"**{label}** (success {row['success']}, {row['turns']} turns, {row['faults']} fault(s)):", "", "```"]
+                lines += [f"[{m['role']}] {m['content'][:400]}" for m in row["messages"]]
+                lines += ["```", ""]
+    return lines
 
 
 def suite_markdown(summaries: Mapping[Path, Mapping[str, Any]]) -> str:

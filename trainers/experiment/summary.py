@@ -46,6 +46,7 @@ def summarize_experiment(out: str | Path) -> dict[str, Any]:
         "run": config.run,
         "development": dataclasses.asdict(config.development) if config.development is not None else None,
         "choices": [dataclasses.asdict(choice) for choice in config.choices],
+        "controls": dict(config.controls),
         "evaluation": {
             "trials": config.evaluation.trials,
             "temperature": config.evaluation.temperature,
