@@ -10,12 +10,14 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+import torch
 
 from agentgym.models.backend import Generation, SamplingParams
 from agentgym.parsing import format_tool_call, parse_action
 from agentgym.rollouts.episode import TokenEpisode
 from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.rollouts.settings import NO_EXPLORATION, RolloutSettings
+from agentgym.trainers.trainer import opening_mask
 
 SQL_CALL = format_tool_call("sql", {"query": "SELECT 1"})
 
@@ -154,6 +156,12 @@ def test_the_runner_samples_after_the_opening_and_trains_on_it(default_tokenizer
         # Every token of the turn, the given ones included, is in the loss.
         assert sum(episode.trajectory.loss_mask) == sum(len(t["sampled_ids"]) for t in episode.turns)
     assert tools == {"sql", "answer"}
+    # The trainer finds the given tokens by position (grpo.openings_in_loss).
+    width = max(len(e.trajectory.token_ids) for e in episodes)
+    given = opening_mask(episodes, width)
+    for row, episode in enumerate(episodes):
+        openings = [tuple(t["sampled_ids"][: t["opening_tokens"]]) for t in episode.turns if "opening_tokens" in t]
+        assert tuple(int(i) for i in torch.tensor(episode.trajectory.token_ids)[given[row, : len(episode.trajectory.token_ids)]]) == sum(openings, ())
     # Seeded: the same configuration plays the same episodes.
     again = run_rollouts(_CompletesCalls(default_tokenizer), config)
     assert [e.to_dict() for e in again] == [e.to_dict() for e in episodes]

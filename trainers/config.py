@@ -320,6 +320,15 @@ class GRPOSection:
             SFT phase's, from ``sft.task_ids``), as InstructGPT mixed its pretraining loss into PPO:
             it holds what the demonstrations taught while the rewards teach the rest. 0 adds none
             and builds no demonstrations.
+        sft_when_degenerate: with ``sft_coef``, a step whose groups were all left out (every one
+            degenerate, or lost to infra errors) still takes one optimiser step on the SFT term
+            alone (off: such a step makes no update). A policy that drifted into failing every
+            episode gives its groups no reward variance, and without this nothing pulls it back.
+        openings_in_loss: the tokens ``rollout.error_tool_exploration`` gave (a turn's
+            ``opening_tokens``): ``always`` trained as the model's own, whatever their advantage;
+            ``when_better`` only where their advantage is above 0 (the proposal did better than its
+            group), masked like environment tokens elsewhere: a given choice the model did not make
+            is reinforced when it helps and not pushed down when it does not.
         mask_truncated: give no loss to trajectories cut by the token budget.
         train_on_env_tokens: ablation of the loss mask: the loss also covers the environment's tokens
             after the prompt (tool output, user turns, template glue), as a trainer that masks only
@@ -344,6 +353,8 @@ class GRPOSection:
     step_advantage_weight: Annotated[float, Field(ge=0)] = 0.0
     step_discount: Annotated[float, Field(gt=0, le=1)] = 0.95
     sft_coef: Annotated[float, Field(ge=0)] = 0.0
+    sft_when_degenerate: bool = False
+    openings_in_loss: Literal["always", "when_better"] = "always"
     mask_truncated: bool = False
     train_on_env_tokens: bool = False
     old_logprobs: Literal["recompute", "sampling"] = "recompute"
@@ -527,6 +538,10 @@ def _combination_problems(c: TrainConfig) -> list[str]:
             c.grpo.old_logprobs != "sampling" or not c.rollout.error_tool_exploration,
             "grpo.old_logprobs='sampling' does not go with rollout.error_tool_exploration: the tokens it gives have no "
             "sampling logprobs of the policy (use 'recompute')",
+        ),
+        (
+            not c.grpo.sft_when_degenerate or c.grpo.sft_coef > 0,
+            "grpo.sft_when_degenerate needs grpo.sft_coef above 0 (it takes the SFT term's step)",
         ),
         (
             not c.grpo.train_on_env_tokens or c.grpo.old_logprobs == "recompute",

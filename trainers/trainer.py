@@ -442,15 +442,33 @@ def grpo_update(
     device = next(policy.parameters()).device
     intact = intact_groups([e.infra_error for e in episodes], group_size)
     dropped = {"groups/infra_dropped": float((len(episodes) - len(intact)) // group_size)}
-    if len(intact) == 0:  # nothing the model's rewards say; the schedule does not advance either
-        return {**dropped, "groups/degenerate": 0.0, "batch/trajectories": 0.0, "optim/updates": 0.0}
+    sft_term = nll_batch(demonstrations, pad_token_id=pad_token_id, max_length=sft_max_length, device=device) if g.sft_coef and demonstrations else None
+
+    def without_groups(metrics: dict[str, float]) -> dict[str, float]:
+        """A step with no group to learn from: no update (the schedule does not advance either), or
+        with ``g.sft_when_degenerate`` one step on the SFT term alone."""
+        if not (g.sft_when_degenerate and sft_term is not None):
+            return {**metrics, "optim/updates": 0.0}
+        nll = backward_nll(policy, sft_term, g.micro_batch_size, weight=g.sft_coef, share_prefix=g.share_prefix)
+        stats = clip_and_step(policy, optimizer, scheduler, max_grad_norm)
+        return {
+            **metrics,
+            "loss/sft": nll,
+            "loss/total": g.sft_coef * nll,
+            "optim/grad_norm": stats["grad_norm"],
+            "optim/lr": stats["lr"],
+            "optim/updates": 1.0,
+        }
+
+    if len(intact) == 0:  # nothing the model's rewards say
+        return without_groups({**dropped, "groups/degenerate": 0.0, "batch/trajectories": 0.0})
     episodes = [episodes[int(i)] for i in intact]
     rewards = torch.tensor([e.reward for e in episodes], dtype=torch.float32)
     advantages, adv_stats = group_advantages(rewards, group_size, scale_by_std=g.scale_by_std)
     keep = filter_degenerate_groups(outcome_signal(episodes, g.degenerate_by), group_size) if g.filter_degenerate else torch.arange(len(episodes))
     metrics: dict[str, float] = {**dropped, "groups/degenerate": adv_stats["degenerate_groups"], "batch/trajectories": float(len(keep))}
-    if len(keep) == 0:  # nothing to learn from; the schedule does not advance either
-        return {**metrics, "optim/updates": 0.0}
+    if len(keep) == 0:  # nothing to learn from
+        return without_groups(metrics)
     kept = [episodes[int(i)] for i in keep]
     advantages = advantages[keep].to(device)
     batch = TensorBatch.from_tokens(collate([e.trajectory for e in kept], pad_token_id=pad_token_id), device)
@@ -468,6 +486,11 @@ def grpo_update(
             kept, advantages, group_size, batch.input_ids.shape[1], weight=g.step_advantage_weight, gamma=g.step_discount, scale_by_std=g.scale_by_std
         )
         metrics.update({f"advantage/{k}": v for k, v in step_stats.items()})
+    if g.openings_in_loss == "when_better":  # given tokens stay in the loss only where they did better than their group
+        given = opening_mask(kept, batch.input_ids.shape[1]).to(device)
+        worse = (advantages <= 0)[:, None] if advantages.dim() == 1 else advantages <= 0
+        batch = replace(batch, loss_mask=batch.loss_mask & ~(given & worse))
+        metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
     metrics["advantage/abs_mean"] = float(advantages.abs().mean() if advantages.dim() == 1 else advantages.abs()[batch.loss_mask].mean())
 
     plan = _minibatches(len(kept), group_size, g, shuffle_seed)
@@ -485,7 +508,6 @@ def grpo_update(
         with torch.no_grad():
             old_logprobs = _stitched(lambda b: token_logprobs(policy, b, **forward)[0], batch, first_micro)
 
-    sft_term = nll_batch(demonstrations, pad_token_id=pad_token_id, max_length=sft_max_length, device=device) if g.sft_coef and demonstrations else None
     sums: dict[str, float] = {}
     weights: dict[str, float] = {}
 
@@ -535,6 +557,17 @@ def grpo_update(
     metrics["optim/updates"] = float(sum(len(epoch) for epoch in plan))
     metrics.update({k: sums[k] / weights[k] for k in sums})
     return metrics
+
+
+def opening_mask(episodes: Sequence[Episode], width: int) -> torch.Tensor:
+    """``[episodes, width]`` booleans: the positions of the tokens ``rollout.error_tool_exploration``
+    gave each episode (the first ``opening_tokens`` of a turn's sampled segment)."""
+    mask = torch.zeros(len(episodes), width, dtype=torch.bool)
+    for row, episode in enumerate(episodes):
+        for segment in episode.trajectory.segments:
+            if segment.kind == "sampled" and (given := episode.turns[segment.turn].get("opening_tokens", 0)):
+                mask[row, segment.start : min(segment.start + given, width)] = True
+    return mask
 
 
 def _grpo_loss(

@@ -13,7 +13,7 @@ from agentgym.models import load_model
 from agentgym.models.hf import HFBackend
 from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.trainers.config import GRPOSection, OptimSection, SFTSection
-from agentgym.trainers.grpo import LOSS_AGGS, intact_groups
+from agentgym.trainers.grpo import LOSS_AGGS, group_advantages, intact_groups
 from agentgym.trainers.modeling import Reference
 from agentgym.trainers.sft import sft_update
 from agentgym.trainers.trainer import grpo_update
@@ -208,6 +208,16 @@ def test_groups_are_filtered_on_the_raw_outcome_when_asked(policy, episodes) -> 
     assert one_group["batch/trajectories"] == GROUP
 
 
+def sft_step(policy, demonstrations) -> tuple[float, list[torch.Tensor]]:
+    """One SFT step with plain SGD at lr 1 and no clipping on a copy of the model: its NLL and its parameter changes."""
+    model = copy.deepcopy(policy[0])
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+    sft = sft_update(model, optimizer, scheduler, demonstrations, SFTSection(micro_batch_size=1, optim=OptimSection(max_grad_norm=None)), pad_token_id=0)
+    return sft["sft/loss"], [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)]
+
+
 def test_the_sft_term_adds_its_weighted_nll_gradient_to_the_update(policy, episodes) -> None:
     # With SGD at lr 1 and no clipping an update is minus the gradient, so the update with the SFT
     # term must be GRPO's update plus coef times the update of the SFT step on the same demonstrations.
@@ -216,15 +226,10 @@ def test_the_sft_term_adds_its_weighted_nll_gradient_to_the_update(policy, episo
     base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
     _, plain = run_update(policy, episodes, base, reference=False)
     metrics, mixed = run_update(policy, episodes, dataclasses.replace(base, sft_coef=coef), reference=False, demonstrations=demos)
-    model = copy.deepcopy(policy[0])
-    before = [p.detach().clone() for p in model.parameters()]
-    optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-    sft = sft_update(model, optimizer, scheduler, demos, SFTSection(micro_batch_size=1, optim=OptimSection(max_grad_norm=None)), pad_token_id=0)
-    nll_step = [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)]
+    nll, nll_step = sft_step(policy, demos)
     assert_same_update(mixed, [a + coef * b for a, b in zip(plain, nll_step, strict=True)])
     assert any(bool((m - p).abs().max() > 1e-4) for m, p in zip(mixed, plain, strict=True)), "the SFT term changed nothing"
-    assert metrics["loss/sft"] == pytest.approx(sft["sft/loss"], rel=1e-5)
+    assert metrics["loss/sft"] == pytest.approx(nll, rel=1e-5)
     # Split into micro-batches, the same update.
     _, split = run_update(policy, episodes, dataclasses.replace(base, sft_coef=coef, micro_batch_size=1), reference=False, demonstrations=demos)
     assert_same_update(split, mixed)
@@ -237,3 +242,52 @@ def test_without_the_sft_term_demonstrations_change_nothing(policy, episodes) ->
     assert "loss/sft" not in metrics
     for a, b in zip(given, plain, strict=True):
         assert torch.equal(a, b)
+
+
+def test_a_step_without_groups_takes_the_sft_terms_step_when_asked(policy, episodes) -> None:
+    # Every group degenerate: no update, unless sft_when_degenerate, when the update is exactly
+    # coef times the SFT step on the demonstrations (SGD at lr 1: minus the gradient).
+    demos = [e.trajectory for e in episodes[:2]]
+    coef = 0.5
+    flat = [dataclasses.replace(e, reward=0.5) for e in episodes]
+    grpo = GRPOSection(kl_coef=0.0, filter_degenerate=True, sft_coef=coef, micro_batch_size=2 * GROUP)
+    metrics, nothing = run_update(policy, flat, grpo, reference=False, demonstrations=demos)
+    assert metrics["optim/updates"] == 0 and "loss/sft" not in metrics
+    assert all(not d.any() for d in nothing)
+    asked = dataclasses.replace(grpo, sft_when_degenerate=True)
+    metrics, update = run_update(policy, flat, asked, reference=False, demonstrations=demos)
+    nll, nll_step = sft_step(policy, demos)
+    assert_same_update(update, [coef * d for d in nll_step])
+    assert metrics["optim/updates"] == 1 and metrics["loss/sft"] == pytest.approx(nll, rel=1e-5)
+    assert metrics["groups/degenerate"] == 2 and metrics["batch/trajectories"] == 0
+    # Every group lost to infra errors: the same step.
+    broken = [dataclasses.replace(e, stop_reason="infra_error") for e in episodes]
+    metrics, update = run_update(policy, broken, asked, reference=False, demonstrations=demos)
+    assert_same_update(update, [coef * d for d in nll_step])
+    assert metrics["groups/infra_dropped"] == 2
+
+
+def test_given_openings_are_trained_only_where_they_did_better_when_asked(policy, episodes) -> None:
+    # The first 2 tokens of every first turn marked as given (as rollout.error_tool_exploration records them).
+    given = [dataclasses.replace(e, turns=[{**t, "opening_tokens": 2} if i == 0 else t for i, t in enumerate(e.turns)]) for e in episodes]
+    base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
+    _, plain = run_update(policy, episodes, base, reference=False)
+    _, always = run_update(policy, given, base, reference=False)
+    assert all(torch.equal(a, b) for a, b in zip(always, plain, strict=True))  # "always": the model's own tokens
+    metrics, update = run_update(policy, given, dataclasses.replace(base, openings_in_loss="when_better"), reference=False)
+    # The same update as plain GRPO's on trajectories whose given tokens are masked where the
+    # episode's advantage is not above 0.
+    advantages, _ = group_advantages(torch.tensor([e.reward for e in episodes]), GROUP)
+    worse = [bool(a <= 0) for a in advantages]
+    assert any(worse) and not all(worse), "the comparison needs both kinds of rows"
+
+    def masked(episode, cut: bool):
+        start = next(s.start for s in episode.trajectory.segments if s.kind == "sampled")
+        mask = list(episode.trajectory.loss_mask)
+        mask[start : start + 2] = [0, 0] if cut else mask[start : start + 2]
+        return dataclasses.replace(episode, trajectory=dataclasses.replace(episode.trajectory, loss_mask=tuple(mask)))
+
+    _, expected = run_update(policy, [masked(e, w) for e, w in zip(episodes, worse, strict=True)], base, reference=False)
+    assert_same_update(update, expected)
+    assert any(bool((u - p).abs().max() > 1e-6) for u, p in zip(update, plain, strict=True)), "masking changed nothing"
+    assert metrics["batch/loss_tokens"] == sum(sum(e.trajectory.loss_mask) for e in episodes) - 2 * sum(worse)
