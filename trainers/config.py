@@ -539,10 +539,7 @@ def _combination_problems(c: TrainConfig) -> list[str]:
             "grpo.old_logprobs='sampling' does not go with rollout.error_tool_exploration: the tokens it gives have no "
             "sampling logprobs of the policy (use 'recompute')",
         ),
-        (
-            not c.grpo.sft_when_degenerate or c.grpo.sft_coef > 0,
-            "grpo.sft_when_degenerate needs grpo.sft_coef above 0 (it takes the SFT term's step)",
-        ),
+        (not c.grpo.sft_when_degenerate or c.grpo.sft_coef > 0, "grpo.sft_when_degenerate needs grpo.sft_coef above 0 (it takes the SFT term's step)"),
         (
             not c.grpo.train_on_env_tokens or c.grpo.old_logprobs == "recompute",
             "grpo.train_on_env_tokens needs grpo.old_logprobs='recompute' (there are no sampling logprobs for environment tokens)",
