@@ -36,7 +36,7 @@ def _episode(tokenizer: Any, **settings: Any) -> TokenEpisode:
 
 def test_call_openings_end_at_each_tools_first_argument_name(default_tokenizer: Any) -> None:
     episode = _episode(default_tokenizer)
-    openings = episode.renderer.call_openings()
+    openings = episode.renderer.call_openings
     # SQL-v0's tools in their order: answer(text), sql(query); keys sorted, so arguments come first.
     texts = [default_tokenizer.decode(o) for o in openings]
     assert texts == ['<tool_call>{"arguments": {"text', '<tool_call>{"arguments": {"query']
@@ -48,7 +48,7 @@ def test_call_openings_end_at_each_tools_first_argument_name(default_tokenizer: 
 
 def test_the_turn_after_a_failed_call_opens_with_a_random_tool(default_tokenizer: Any) -> None:
     episode = _episode(default_tokenizer, error_tool_exploration=1.0)
-    openings = episode.renderer.call_openings()
+    openings = episode.renderer.call_openings
     first = episode.sampling_params(seed=0)
     assert episode.opening_ids == () and first.max_new_tokens == 64  # no error yet: nothing given
     episode.play_turn(default_tokenizer.encode(SQL_CALL, add_special_tokens=False))  # the seeded fault

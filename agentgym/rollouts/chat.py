@@ -15,6 +15,7 @@ It renders to text and tokenises with ``add_special_tokens=False``, which is wha
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -215,6 +216,7 @@ class ChatRenderer:
             raise TemplateError(f"text after the end-of-turn token merges with it: {text[:40]!r}")
         return ids[1:]
 
+    @functools.cached_property
     def call_openings(self) -> tuple[tuple[int, ...], ...]:
         """Per tool, the token ids that open a call to it, up to its first argument's name.
 
@@ -223,6 +225,7 @@ class ChatRenderer:
         (its first argument when none is required; the whole call when it takes none). The ids are
         those of the whole call's tokenisation that end by that point, so the model continues the
         call as it would have tokenised it (the key name is not merged with what follows).
+        Computed once per renderer (the tools do not change).
         """
         openings = []
         for tool in self.tools:

@@ -225,7 +225,8 @@ class TokenEpisode:
         self._expect("generate")
         self._seed = seed
         settings = self.settings
-        self.opening_ids = self._explored_opening(seed) if self.after_error() else ()
+        after_error = self.after_error()
+        self.opening_ids = self._explored_opening(seed) if after_error else ()
         params = SamplingParams(
             temperature=settings.temperature,
             top_p=settings.top_p,
@@ -233,7 +234,7 @@ class TokenEpisode:
             seed=seed,
             stop_token_ids=(self.renderer.eot_token_id,),
         )
-        if settings.error_temperature is None or not self.after_error():
+        if settings.error_temperature is None or not after_error:
             return params
         if settings.error_temperature_tokens is None:
             return replace(params, temperature=settings.error_temperature)
@@ -249,7 +250,7 @@ class TokenEpisode:
         draw = np.random.default_rng(derive_seed(seed, _TOOL_EXPLORATION_STREAM))
         if draw.random() >= self.settings.error_tool_exploration:
             return ()
-        openings = self.renderer.call_openings()
+        openings = self.renderer.call_openings
         opening = openings[int(draw.integers(len(openings)))] if openings else ()
         return opening if len(opening) < self.room() else ()
 
