@@ -369,6 +369,14 @@ class LocalBackend(Backend):
                 self._stop("it did not report the end of a run past its deadline, and is stopped")
         return SandboxLost(f"the sandbox's fork server stopped during the run ({self._last_stop})")
 
+    def lost(self, generation: int, why: str) -> SandboxLost:
+        """A run of ``generation`` saw its server die (see :meth:`LocalProcess.wait`): the server is
+        recorded as stopped, and ended, if it is still the current one; the error for its caller."""
+        with self._lock:
+            if generation == self._generation and self._stopped is None and self._dead is None:
+                self._stop(why)
+        return SandboxLost(f"the sandbox's fork server stopped during the run ({self._last_stop})")
+
     # -------------------------------------------------------------------- control socket
 
     def _send(self, message: dict[str, Any], fds: list[int], *, generation: int | None = None) -> int:
@@ -640,9 +648,11 @@ class LocalProcess(SandboxProcess):
         if "error" in status:
             raise SandboxError(status["error"])
         if "returncode" not in status:
-            if self._backend.generation() != self.generation:
-                raise SandboxLost(f"the sandbox's fork server stopped during the run ({self._backend._last_stop})")
-            raise SandboxError("the fork server ended the run without a status")
+            # The server writes a status for every run it ends, so its status pipe closed empty
+            # only because the server died. Its control socket closes in the same exit, but may
+            # not look closed yet: waiting for that would let another thread's grading count the
+            # same death as the submission's failure.
+            raise self._backend.lost(self.generation, "it ended a run without writing its status")
         return ExecResult(
             stdout=self._out.text(),
             stderr=self._err.text(),

@@ -92,6 +92,24 @@ def test_a_kill_during_a_tool_call_labels_that_episode_and_a_retry_succeeds(scri
     assert [(e.stop_reason, e.record["success"]) for e in retried] == [("done", True)] * 2
 
 
+def test_a_run_cut_off_by_its_servers_death_is_lost_before_the_death_shows(local_backend, monkeypatch):
+    """The server's control socket closes in the same exit as a run's status pipe, but the host may
+    see the empty status first: the run is lost (the server's failure, never the program's) and
+    the server is recorded as stopped there and then, so every other run of it is lost too."""
+    generation = local_backend.generation()
+    with Sandbox(local_backend, Limits(wall_time_s=10.0, cpu_time_s=10)) as box:
+        assert box.run("print(1)").stdout == "1\n"
+        process = box.start("import time\ntime.sleep(30)")
+        monkeypatch.setattr(local_module.LocalBackend, "_serving", lambda backend: True)  # the death does not show yet
+        kill_server_and_wait(local_backend)
+        with pytest.raises(SandboxLost, match="without writing its status"):
+            process.wait()
+        assert local_backend.generation() == generation + 1
+        monkeypatch.undo()
+    with Sandbox(local_backend, Limits(wall_time_s=10.0, cpu_time_s=10)) as box:
+        assert box.run("print(2)").stdout == "2\n"
+
+
 def test_a_stopped_server_past_the_run_deadline_is_replaced(local_backend, monkeypatch):
     monkeypatch.setattr(local_module, "GRACE_S", 0.5)
     limits = Limits(wall_time_s=1.0, cpu_time_s=1)
