@@ -229,6 +229,8 @@ class KVEngine:
         self._tokens: list[list[int]] = []  # per row: the tokens whose keys/values it holds
         self._owner: list[_Request | None] = []  # per row: the request decoding in it
         self._used: list[int] = []  # per row: tick of last use (least recently used rows are evicted first)
+        self._last_key: list[Hashable] = []  # per row: the key of the last request placed in it
+        self._spent: list[bool] = []  # per row: its sequence is over (see forget); not kept when the buffers grow
         self._tick = 0
         self._weights = self._weights_version()
         self._prefix_attention = supports_shared_prefix(model)
@@ -266,12 +268,22 @@ class KVEngine:
         self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, self.rows.nbytes)
         return [(request.key, self._generation(request)) for request in finished]
 
+    def forget(self, key: Hashable) -> None:
+        """Say that the finished request ``key`` was its sequence's last: no request will continue
+        its row. The row still serves as a prefix, and is taken like any idle row; but when the
+        buffers next grow, it is not carried over (a rectangle as long as the longest live sequence
+        need not hold the sequences that are over). Nothing happens if another request has taken
+        the row since."""
+        for r, last in enumerate(self._last_key):
+            if last == key and self._owner[r] is None:
+                self._spent[r] = True
+
     def clear(self) -> None:
         """Forget every cached row (call after changing the weights in a way version counters miss)."""
         if any(owner is not None for owner in self._owner):
             raise RuntimeError("cannot clear the cache while requests are running")
         self.rows.clear()
-        self._tokens, self._owner, self._used = [], [], []
+        self._tokens, self._owner, self._used, self._last_key, self._spent = [], [], [], [], []
 
     def reset_stats(self) -> None:
         """Zero the counters in :attr:`stats`."""
@@ -293,8 +305,9 @@ class KVEngine:
         idle = [r for r in range(self.rows.num_rows) if self._owner[r] is None and r not in reserved]
         return sorted(idle, key=lambda r: (bool(self._tokens[r]), self._used[r], r))
 
-    def _grow(self, rows: int, capacity: int) -> None:
-        """Make room for ``rows`` rows of ``capacity`` tokens.
+    def _grow(self, rows: int, capacity: int, kept: Sequence[int] | None = None) -> dict[int, int]:
+        """Make room for ``rows`` rows of ``capacity`` tokens, keeping only the rows ``kept`` (in
+        that order, as the first rows) when given; returns old row -> new row for the rows kept.
 
         Capacity grows to what the batch needs, or to ``capacity_growth`` times the current
         capacity when that is more and the budget allows (so a conversation growing by a turn at a
@@ -306,11 +319,33 @@ class KVEngine:
             if self._context is not None:
                 grown = min(grown, self._context + 1)
             capacity = grown if self._fits(rows, grown) else -(-capacity // step) * step
-        self.rows.reserve(rows, capacity)
+        if kept is None:
+            moved = {r: r for r in range(self.rows.num_rows)}
+            self.rows.reserve(rows, capacity)
+        else:
+            moved = {old: new for new, old in enumerate(kept)}
+            self.rows.regrow(kept, rows, capacity)
+            for per_row in (self._tokens, self._owner, self._used, self._last_key, self._spent):
+                per_row[:] = [per_row[r] for r in kept]
+            for request in self._owner:
+                if request is not None:
+                    request.row = moved[request.row]
         grown = self.rows.num_rows - len(self._tokens)
         self._tokens.extend([] for _ in range(grown))
         self._owner.extend([None] * grown)
         self._used.extend([0] * grown)
+        self._last_key.extend([None] * grown)
+        self._spent.extend([False] * grown)
+        return moved
+
+    def _rows_to_keep(self, admitted: Sequence[_Request], continuations: dict[int, int]) -> list[int] | None:
+        """The rows to carry over when the buffers are reallocated for ``admitted``: all but the spent
+        idle ones, except that a row a request continues, or the one a new request will copy its
+        prefix from, stays. None when every row stays."""
+        needed = set(continuations.values())
+        needed.update(self._source(np.asarray(q.prompt, dtype=np.int64))[0] for q in admitted if id(q) not in continuations)
+        kept = [r for r in range(self.rows.num_rows) if not self._spent[r] or self._owner[r] is not None or r in needed]
+        return kept if len(kept) < self.rows.num_rows else None
 
     def _fits(self, rows: int, capacity: int) -> bool:
         return rows * (max(capacity, self.rows.capacity) + 1) * self.rows.bytes_per_token <= self.max_cache_bytes
@@ -351,7 +386,11 @@ class KVEngine:
         for _ in admitted:
             self._waiting.popleft()
         fresh = len(admitted) - len(continuations)
-        self._grow(self.rows.num_rows + max(0, fresh - (idle - len(continuations))), capacity)
+        kept = self._rows_to_keep(admitted, continuations) if capacity > self.rows.capacity else None
+        if kept is not None:
+            idle = len(kept) - busy
+        moved = self._grow((self.rows.num_rows if kept is None else len(kept)) + max(0, fresh - (idle - len(continuations))), capacity, kept)
+        continuations = {request: moved[row] for request, row in continuations.items()}
         self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, self.rows.nbytes)
 
         shared_logits: dict[int, torch.Tensor] = {}
@@ -400,6 +439,7 @@ class KVEngine:
         self.rows.lengths[row] = keep
         del self._tokens[row][keep:]
         self._owner[row] = request
+        self._last_key[row], self._spent[row] = request.key, False
         request.row = row
         self.stats.prompt_tokens += len(request.prompt)
         self.stats.reused_tokens += keep
@@ -561,6 +601,7 @@ class KVEngine:
             self.rows.copy_prefix(source, target, self.rows.lengths[source])
             self._tokens[target], self._tokens[source] = self._tokens[source], []
             self._owner[target], self._owner[source] = request, None
+            self._last_key[target], self._last_key[source] = self._last_key[source], None
             self.rows.lengths[source] = 0
             request.row = target
 

@@ -129,6 +129,11 @@ class HFBackend:
         """Submitted requests not yet returned."""
         return self.engine.in_flight if self.reuse_cache else len(self._queue)
 
+    def forget(self, key: Hashable) -> None:
+        """Say that the finished request ``key`` was its sequence's last (see :meth:`KVEngine.forget`)."""
+        if self.reuse_cache:
+            self.engine.forget(key)
+
     def clear_cache(self) -> None:
         """Forget cached keys and values (automatic after in-place weight updates)."""
         self.engine.clear()

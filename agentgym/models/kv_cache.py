@@ -65,9 +65,13 @@ class KVRows:
         """Bytes the buffers take now."""
         return self.num_rows * (self.capacity + 1) * self.bytes_per_token
 
-    def _allocate(self, rows: int, capacity: int) -> None:
+    def _allocate(self, rows: int, capacity: int, kept: Sequence[int] | None = None) -> None:
+        """New buffers of ``rows`` rows of ``capacity`` tokens holding the old rows ``kept`` (all of
+        them, in place, when None) as their first rows."""
         shape = (rows, self.kv_heads, capacity + 1, self.head_dim)
-        keep_rows, keep_len = min(rows, self.num_rows), min(capacity, self.capacity)
+        keep_len = min(capacity, self.capacity)
+        in_place = kept is None
+        kept = range(min(rows, self.num_rows)) if kept is None else kept
         if not self.keys:
             self.keys, self.values = [torch.empty(0)] * self.num_layers, [torch.empty(0)] * self.num_layers
         # One layer at a time, each old buffer dropped as soon as it is copied: growing holds the
@@ -75,17 +79,25 @@ class KVRows:
         for buffers in (self.keys, self.values):
             for layer, old in enumerate(buffers):
                 new = torch.zeros(shape, dtype=self.dtype, device=self.device)
-                if keep_rows and keep_len:
-                    new[:keep_rows, :, :keep_len] = old[:keep_rows, :, :keep_len]
+                if in_place and kept and keep_len:
+                    new[: len(kept), :, :keep_len] = old[: len(kept), :, :keep_len]
+                elif keep_len:
+                    for target, source in enumerate(kept):  # row by row: no gathered copy of the old rows
+                        new[target, :, :keep_len] = old[source, :, :keep_len]
                 buffers[layer] = new
                 del old
-        self.lengths = (self.lengths + [0] * rows)[:rows]
+        self.lengths = ([self.lengths[r] for r in kept] + [0] * rows)[:rows]
         self.capacity = capacity
 
     def reserve(self, rows: int, capacity: int) -> None:
         """Grow to at least ``rows`` rows of at least ``capacity`` tokens (never shrinks)."""
         if rows > self.num_rows or capacity > self.capacity:
             self._allocate(max(rows, self.num_rows), max(capacity, self.capacity))
+
+    def regrow(self, kept: Sequence[int], rows: int, capacity: int) -> None:
+        """Reallocate to ``rows`` rows (at least ``len(kept)``) of at least ``capacity`` tokens,
+        keeping only the rows ``kept``, which become rows ``0 .. len(kept) - 1`` in that order."""
+        self._allocate(max(rows, len(kept)), max(capacity, self.capacity), kept)
 
     def clear(self) -> None:
         """Release every buffer."""

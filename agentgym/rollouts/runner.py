@@ -346,6 +346,8 @@ class _Run:
     ) -> None:
         self.backend = backend
         self.stream = as_streaming(backend)
+        forget = getattr(backend, "forget", None)  # backends with a key/value cache may drop what is over
+        self.forget: Callable[[Hashable], None] | None = forget if callable(forget) else None
         self.config = config
         self.renderer = renderer
         self.pool = pool
@@ -424,6 +426,8 @@ class _Run:
         episode = live.episode
         if episode.over:
             self.live.pop(key, None)
+            if self.forget is not None:  # its cached conversation will not be continued
+                self.forget(key)
             self._finish(live)
             free.append(episode.env)
             return

@@ -211,6 +211,78 @@ def test_buffers_sized_to_need_decode_the_same_greedy_tokens_as_doubling(smollm,
     assert outputs[0] == outputs[1]
 
 
+def test_rows_of_forgotten_sequences_are_left_behind_when_the_buffers_grow(smollm, tokenizer, monkeypatch) -> None:
+    """A growth copies only the rows whose sequences may go on: the tokens stay those of an engine
+    that keeps every row, with a smaller rectangle."""
+    from agentgym.models import HFBackend, engine
+
+    monkeypatch.setattr(engine, "_CAPACITY_GRANULARITY", 16)  # the second turn outgrows the first buffers
+    prompts = [_chat(tokenizer, q) for q in ("Tell me a story about a cat who sails.", "Name a fruit.", "Count to five.", "Say hi.")]
+    params = SamplingParams(temperature=0, max_new_tokens=12)
+    turn = tokenizer("<|im_end|>\n<|im_start|>user\nAnd then what happened to the cat at sea?<|im_end|>\n<|im_start|>assistant\n", add_special_tokens=False)[
+        "input_ids"
+    ]
+
+    def run(forgetting: bool) -> tuple[list[tuple[int, ...]], int, int]:
+        backend = HFBackend(*smollm)
+        backend.engine.capacity_growth = 1.0
+        for key, prompt in enumerate(prompts):
+            backend.submit(key, prompt, params)
+        first: dict = {}
+        while backend.in_flight:
+            first.update(backend.advance())
+        if forgetting:
+            for key in (1, 2, 3):  # their episodes are over; the first goes on
+                backend.forget(key)
+        capacity = backend.engine.rows.capacity
+        backend.submit(0, prompts[0] + list(first[0].token_ids) + turn, SamplingParams(temperature=0, max_new_tokens=40))
+        (second,) = backend.advance()
+        assert backend.engine.rows.capacity > capacity  # it did grow
+        assert backend.engine.stats.reused_tokens > 0  # and the continuation kept its row
+        return [first[k].token_ids for k in range(4)] + [second[1].token_ids], backend.engine.rows.num_rows, backend.engine.rows.nbytes
+
+    tokens_all, rows_all, bytes_all = run(forgetting=False)
+    tokens_forgot, rows_forgot, bytes_forgot = run(forgetting=True)
+    assert tokens_forgot == tokens_all
+    assert (rows_all, rows_forgot) == (4, 1) and bytes_forgot < bytes_all / 3
+
+
+def test_the_runner_forgets_each_episode_as_it_ends(cached) -> None:
+    episodes = RolloutRunner(cached).run(_config(temperature=1.0))
+    engine = cached.engine
+    assert len(episodes) == engine.rows.num_rows == 4  # one row an episode, each holding its last turn
+    assert engine._spent == [True] * 4
+
+
+def test_forgetting_a_key_spares_a_row_another_request_has_taken(smollm, tokenizer) -> None:
+    from agentgym.models import HFBackend
+
+    backend = HFBackend(*smollm, max_batch_size=1)
+    params = SamplingParams(temperature=0, max_new_tokens=3)
+    backend.submit("a", _chat(tokenizer, "Say hi."), params)
+    backend.advance()
+    backend.submit("b", _chat(tokenizer, "Name a fruit."), params)  # takes the one row over
+    backend.advance()
+    backend.forget("a")
+    assert backend.engine._spent == [False]
+    backend.forget("b")
+    assert backend.engine._spent == [True]
+
+
+def test_kv_rows_regrow_keeps_the_chosen_rows_in_order() -> None:
+    rows = KVRows(2, 1, 4, dtype=torch.float32, device=torch.device("cpu"))
+    rows.reserve(3, 8)
+    for r in range(3):
+        rows.keys[1][r, :, : r + 2] = float(r + 1)
+        rows.values[0][r, :, : r + 2] = -float(r + 1)
+        rows.lengths[r] = r + 2
+    rows.regrow([2, 0], 3, 16)
+    assert rows.num_rows == 3 and rows.capacity == 16 and rows.lengths == [4, 2, 0]
+    assert torch.all(rows.keys[1][0, :, :4] == 3.0) and torch.all(rows.values[0][0, :, :4] == -3.0)
+    assert torch.all(rows.keys[1][1, :, :2] == 1.0) and torch.all(rows.keys[1][1, :, 2:] == 0.0)
+    assert torch.all(rows.keys[1][2] == 0.0)
+
+
 def test_kv_rows_grow_and_copy_prefixes() -> None:
     rows = KVRows(2, 1, 4, dtype=torch.float32, device=torch.device("cpu"))
     rows.reserve(2, 8)

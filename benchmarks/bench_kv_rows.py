@@ -1,0 +1,123 @@
+"""The key/value buffers of GRPO steps' rollouts: every row kept against the rows of finished
+episodes left behind when the buffers grow.
+
+The local engine keeps one row of keys and values per cached sequence, in one rectangle as long as
+the longest; when a turn outgrows it, the rectangle is reallocated. Before, every row was carried
+over, those of episodes already over included; now the runner tells the backend when an episode
+ends (``HFBackend.forget``), and a reallocation leaves those rows behind. In a GRPO step the late,
+long turns belong to the few episodes still going (those that met a fault and retry), so the
+rectangle they need has a few rows, not one per episode.
+
+This plays GRPO steps' rollouts as an experiment's GRPO phase does (its rollout settings, an arm's
+changes, the training tasks; each step ``num_tasks`` tasks drawn from them and a group per task,
+seeds from ``--seed``) from a given model, in two modes, each in its own process: ``keep-all``
+(the runner never forgets) and ``forget`` (today's). For each it prints every step's largest
+key/value buffers (MiB), the process's peak resident memory, and the seconds; then the ratios
+and how many trajectories came out token-identical in the two modes.
+
+    python benchmarks/bench_kv_rows.py --model runs/tool-exploration-cpu/sft/seed-28/model \\
+        --experiment trainers/configs/experiments/tool_exploration_cpu.yaml --arm tool_exploration_guarded
+
+The model should be an SFT phase's (the bundled model fails every task, so its episodes all run
+to the turn limit together and none ends early).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import random
+import resource
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+MODES = ("keep-all", "forget")
+MIB = 2**20
+EXPERIMENT = Path(__file__).resolve().parents[1] / "trainers" / "configs" / "experiments" / "learning_cpu.yaml"
+
+
+def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
+    """Child process: play the steps' rollouts in one mode and report sizes, memory and tokens."""
+    import torch
+
+    from agentgym.models import load_model
+    from agentgym.models.hf import HFBackend
+    from agentgym.rollouts.runner import RolloutRunner
+    from agentgym.trainers.experiment.config import GRPO, load_experiment, train_config_for
+    from agentgym.trainers.experiment.run import _pick
+    from agentgym.trainers.trainer import rollout_config
+
+    torch.set_num_threads(args.threads)
+    experiment = load_experiment(args.experiment)
+    change = experiment.ablations.get(args.arm) if args.arm != "grpo" else None
+    picked = _pick(experiment.env_id, experiment.grpo_tasks, args.seed, exclude=())
+    train = train_config_for(experiment, GRPO, args.seed, [], picked, Path("unused"), model=Path(args.model), change=change)
+    tasks = sorted(train.rollout.task_ids or ())
+    model, tokenizer = load_model(args.model)
+    backend = HFBackend(model, tokenizer)
+    if mode == "keep-all":
+        backend.forget = None  # type: ignore[method-assign,assignment]  # the runner then never forgets
+    runner = RolloutRunner(backend)
+    draw = random.Random(args.seed)
+    steps, trajectories = [], []
+    started = time.perf_counter()
+    for step in range(args.steps):
+        backend.engine.reset_stats()
+        chosen = draw.sample(tasks, train.rollout.num_tasks)
+        episodes = runner.run(rollout_config(train, chosen, seed=args.seed * 1000 + step))
+        steps.append({"peak_cache_mib": backend.engine.stats.peak_cache_bytes / MIB, "turns": sum(e.trajectory.num_turns for e in episodes)})
+        trajectories.extend(list(e.trajectory.token_ids) for e in episodes)
+    queue.put(
+        {
+            "mode": mode,
+            "steps": steps,
+            "seconds": time.perf_counter() - started,
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "trajectories": trajectories,
+        }
+    )
+
+
+def _measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    process = context.Process(target=_run_mode, args=(args, mode, queue))
+    process.start()
+    result = queue.get()
+    process.join()
+    if process.exitcode != 0:
+        sys.exit(f"the {mode} run failed (exit code {process.exitcode})")
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", required=True, help="a model folder (an SFT phase's)")
+    parser.add_argument("--experiment", default=str(EXPERIMENT), help="the experiment file whose GRPO rollouts to play")
+    parser.add_argument("--arm", default="grpo", help="grpo, or one of the file's ablations (its changes apply)")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the experiment's phases use 1)")
+    args = parser.parse_args()
+
+    results = {mode: _measure(args, mode) for mode in MODES}
+    print(f"{Path(args.experiment).name}, arm {args.arm}, {args.steps} steps' rollouts from {args.model}")
+    print(f"{'mode':<9} {'KV MiB per step':<28} {'peak RSS MiB':>13} {'s':>7}")
+    for mode in MODES:
+        row = results[mode]
+        sizes = " ".join(f"{step['peak_cache_mib']:.0f}" for step in row["steps"])
+        print(f"{mode:<9} {sizes:<28} {row['peak_rss_mib']:>13.0f} {row['seconds']:>7.1f}")
+    kept, forgot = results["keep-all"], results["forget"]
+    largest = [max(step["peak_cache_mib"] for step in r["steps"]) for r in (kept, forgot)]
+    identical = sum(a == b for a, b in zip(kept["trajectories"], forgot["trajectories"], strict=True))
+    print(
+        f"forget / keep-all: largest key/value buffers {largest[1] / largest[0]:.2f}x, peak resident memory "
+        f"{forgot['peak_rss_mib'] / kept['peak_rss_mib']:.2f}x, seconds {forgot['seconds'] / kept['seconds']:.2f}x; "
+        f"token-identical trajectories: {identical}/{len(kept['trajectories'])}"
+    )
+
+
+if __name__ == "__main__":
+    main()
