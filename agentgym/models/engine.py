@@ -325,8 +325,11 @@ class KVEngine:
         else:
             moved = {old: new for new, old in enumerate(kept)}
             self.rows.regrow(kept, rows, capacity)
-            for per_row in (self._tokens, self._owner, self._used, self._last_key, self._spent):
-                per_row[:] = [per_row[r] for r in kept]
+            self._tokens = [self._tokens[r] for r in kept]
+            self._owner = [self._owner[r] for r in kept]
+            self._used = [self._used[r] for r in kept]
+            self._last_key = [self._last_key[r] for r in kept]
+            self._spent = [self._spent[r] for r in kept]
             for request in self._owner:
                 if request is not None:
                     request.row = moved[request.row]
@@ -343,7 +346,10 @@ class KVEngine:
         idle ones, except that a row a request continues, or the one a new request will copy its
         prefix from, stays. None when every row stays."""
         needed = set(continuations.values())
-        needed.update(self._source(np.asarray(q.prompt, dtype=np.int64))[0] for q in admitted if id(q) not in continuations)
+        for request in admitted:
+            source = None if id(request) in continuations else self._source(np.asarray(request.prompt, dtype=np.int64))[0]
+            if source is not None:
+                needed.add(source)
         kept = [r for r in range(self.rows.num_rows) if not self._spent[r] or self._owner[r] is not None or r in needed]
         return kept if len(kept) < self.rows.num_rows else None
 
