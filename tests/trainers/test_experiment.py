@@ -79,6 +79,10 @@ def test_every_arm_is_trained_and_evaluated(finished) -> None:
     assert summary["phase_seconds"] and summary["wall_seconds"] > 0
     assert all(re.fullmatch(r"[0-9a-f]{40}(-dirty)?", c) for c in summary["commits"])  # empty outside a git checkout
     assert summary["commit"] == (summary["commits"][-1] if summary["commits"] else None)
+    # The machine is recorded (autocast "auto" trains in bfloat16 only where the products are native) and reported.
+    (machine,) = summary["machines"]
+    assert isinstance(machine["cpu_native_bf16"], bool) and machine["processor"] and machine["torch"]
+    assert "Machines (autocast `auto`" in (out / "results.md").read_text()
 
 
 def test_task_sets_are_disjoint_and_recorded(finished) -> None:

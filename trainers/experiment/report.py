@@ -112,6 +112,13 @@ def results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequence
         for name, seconds in phases.items():
             totals[_phase_kind(name)] += seconds
         lines += ["", "Wall time per phase (all seeds): " + ", ".join(f"{k} {v / 60:.1f} min" for k, v in totals.items()) + "."]
+    machines = summary.get("machines") or []
+    if machines:
+        described = [
+            f"{m.get('processor', '?')} ({'bfloat16 products native' if m.get('cpu_native_bf16') else 'no native bfloat16'}; torch {m.get('torch', '?')}, transformers {m.get('transformers', '?')})"
+            for m in machines
+        ]
+        lines += ["", "Machines (autocast `auto` trains in bfloat16 where the products are native, else in float32): " + "; ".join(described) + "."]
     peaks = summary.get("phase_peak_mib") or {}
     if peaks:
         largest: dict[str, float] = {}

@@ -3,6 +3,7 @@ within the machine's memory, and the results folder's records (configuration, ta
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -388,12 +389,37 @@ _CODE = ("agentgym", "envs", "verifiers", "trainers", "tasks", "pyproject.toml")
 
 
 def _record_commit(out: Path) -> None:
-    """Add the commit that is about to run to ``commits.json`` (a resumed run may span several)."""
+    """Add the commit that is about to run to ``commits.json``, and the machine to ``machines.json``
+    (a resumed run may span several of each)."""
     path = out / "commits.json"
     commits = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     commit = _commit()
     if commit is not None and commit not in commits:
         path.write_text(json.dumps([*commits, commit]) + "\n", encoding="utf-8")
+    path = out / "machines.json"
+    machines = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    machine = _machine()
+    if machine not in machines:
+        path.write_text(json.dumps([*machines, machine], indent=1) + "\n", encoding="utf-8")
+
+
+def _machine() -> dict[str, Any]:
+    """What of the machine can change the numbers: the processor, whether it multiplies bfloat16
+    natively (then ``autocast: auto`` trains in bfloat16, elsewhere in float32), and the versions
+    of the numeric libraries."""
+    import importlib.metadata
+    import platform
+
+    from agentgym.trainers.modeling import cpu_has_native_bf16
+
+    processor = platform.processor()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        processor = next((line.split(":", 1)[1].strip() for line in cpuinfo if line.startswith("model name")), processor)
+    versions = {}
+    for package in ("torch", "transformers"):
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            versions[package] = importlib.metadata.version(package)
+    return {"processor": processor, "cpu_native_bf16": cpu_has_native_bf16(), **versions}
 
 
 def _commit() -> str | None:

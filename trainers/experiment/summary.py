@@ -34,7 +34,7 @@ def summarize_experiment(out: str | Path) -> dict[str, Any]:
     arms = [BASE, SFT, GRPO, *config.ablations]
     episodes = {arm: _read_arm(out, arm, config.seeds) for arm in arms}
     episodes = {arm: rows for arm, rows in episodes.items() if rows}
-    commits = out / "commits.json"
+    commits, machines = out / "commits.json", out / "machines.json"
     started: list[str] = json.loads(commits.read_text(encoding="utf-8")) if commits.is_file() else []
     summary: dict[str, Any] = {
         "env_id": config.env_id,
@@ -42,6 +42,8 @@ def summarize_experiment(out: str | Path) -> dict[str, Any]:
         # The code of the last (re)start; "commits" lists every commit a resumed run ran under.
         "commit": started[-1] if started else None,
         "commits": started,
+        # The machines it ran on: where the CPU multiplies bfloat16 natively, autocast "auto" trains in bfloat16.
+        "machines": json.loads(machines.read_text(encoding="utf-8")) if machines.is_file() else [],
         "seeds": list(config.seeds),
         "run": config.run,
         "development": dataclasses.asdict(config.development) if config.development is not None else None,
