@@ -608,6 +608,7 @@ class KVEngine:
             self._tokens[target], self._tokens[source] = self._tokens[source], []
             self._owner[target], self._owner[source] = request, None
             self._last_key[target], self._last_key[source] = self._last_key[source], None
+            self._spent[target] = self._spent[source] = False  # the target may have held a sequence that was over
             self.rows.lengths[source] = 0
             request.row = target
 

@@ -269,6 +269,31 @@ def test_forgetting_a_key_spares_a_row_another_request_has_taken(smollm, tokeniz
     assert backend.engine._spent == [True]
 
 
+def test_a_request_moved_into_a_forgotten_row_is_not_forgotten(smollm, tokenizer) -> None:
+    """Compaction moves a running request down into an idle row, which may be one whose sequence
+    was over: the request's row must not inherit that."""
+    from agentgym.models import HFBackend
+
+    questions = ("Write a long story about a dragon.", "Say hi.", "Name a fruit.", "Count to three.", "Write a long poem about the sea.")
+    prompts = [_chat(tokenizer, q) for q in questions]
+    order = sorted(range(len(prompts)), key=lambda i: tuple(prompts[i]))  # the engine gives rows in prompt order
+    long = {order[0], order[-1]}  # the first and last rows decode on; the three between finish at once
+    backend = HFBackend(*smollm)
+    for key, prompt in enumerate(prompts):
+        limit = 24 if key in long else 1
+        backend.submit(key, prompt, SamplingParams(temperature=0, max_new_tokens=limit, stop_token_ids=()))
+    forgotten = set()
+    while backend.in_flight:
+        for key, _ in backend.advance():
+            if key not in long:
+                backend.forget(key)
+                forgotten.add(key)
+    engine = backend.engine
+    assert engine.stats.decoded_tokens > 3 + 2 * 2  # the long ones ran on past the others
+    assert all(engine._last_key[r] in forgotten for r in range(engine.rows.num_rows) if engine._spent[r])
+    assert sum(engine._spent) == len(forgotten) - 1  # one forgotten row was taken over by the moved request
+
+
 def test_kv_rows_regrow_keeps_the_chosen_rows_in_order() -> None:
     rows = KVRows(2, 1, 4, dtype=torch.float32, device=torch.device("cpu"))
     rows.reserve(3, 8)
