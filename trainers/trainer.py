@@ -59,7 +59,7 @@ from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, d
 from agentgym.trainers.credit import token_advantages
 from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
 from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, intact_groups, loss_normalizer, masked_grpo_loss
-from agentgym.trainers.memory import peak_resident_mib, return_freed_memory
+from agentgym.trainers.memory import bound_primitive_cache, peak_resident_mib, return_freed_memory
 from agentgym.trainers.modeling import (
     Reference,
     TensorBatch,
@@ -152,6 +152,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
     from rich.console import Console
 
     console = console or Console(stderr=True)
+    bound_primitive_cache()  # before the first bfloat16 product of the process
     run_dir = Path(config.output_dir)
     # ---- everything bad input can break happens before the run folder is touched (so a failed
     #      start leaves no half-made run and --overwrite deletes nothing): the tasks, the

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from unittest import mock
 
@@ -421,3 +422,14 @@ def test_the_optimiser_step_starts_after_the_freed_memory_went_back(model, monke
     (-token_logprobs(model, grouped_batch())[0].sum()).backward()
     modeling.clip_and_step(model, optimizer, scheduler, 1.0)
     assert events == ["trim", "step", "trim"]
+
+
+def test_a_training_process_bounds_onednns_primitive_cache_unless_told_otherwise(monkeypatch) -> None:
+    from agentgym.trainers import memory
+
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    memory.bound_primitive_cache()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(memory.ONEDNN_PRIMITIVE_CACHE)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")  # the user's choice stands
+    memory.bound_primitive_cache()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "8"
