@@ -20,6 +20,10 @@ computes each of those tokens once:
 Results depend only on the requests and the order of calls: rows, copies and batch composition
 are chosen deterministically, and every request samples from its own seeded generator.
 
+The buffers are one rectangle, as many rows as sequences cached and as long as the longest. A
+caller that knows a sequence is over says so (:meth:`KVEngine.forget`); its row still serves as a
+prefix, but when the rectangle next grows it is not carried over.
+
 Cached rows are only valid for the weights that computed them. The engine notices in-place
 weight updates (an optimiser step) through the parameters' version counters and drops its cache;
 :meth:`KVEngine.clear` does it explicitly.
