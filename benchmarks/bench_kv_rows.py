@@ -25,13 +25,13 @@ to the turn limit together and none ends early).
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import random
 import resource
-import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from child_process import measure_in_child
 
 MODES = ("keep-all", "forget")
 MIB = 2**20
@@ -80,18 +80,6 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
     )
 
 
-def _measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=_run_mode, args=(args, mode, queue))
-    process.start()
-    result = queue.get()
-    process.join()
-    if process.exitcode != 0:
-        sys.exit(f"the {mode} run failed (exit code {process.exitcode})")
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", required=True, help="a model folder (an SFT phase's)")
@@ -102,7 +90,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the experiment's phases use 1)")
     args = parser.parse_args()
 
-    results = {mode: _measure(args, mode) for mode in MODES}
+    results = {mode: measure_in_child(_run_mode, args, mode, what=f"{mode} run") for mode in MODES}
     print(f"{Path(args.experiment).name}, arm {args.arm}, {args.steps} steps' rollouts from {args.model}")
     print(f"{'mode':<9} {'KV MiB per step':<28} {'peak RSS MiB':>13} {'s':>7}")
     for mode in MODES:

@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing
 import resource
-import sys
 from typing import Any
+
+from child_process import measure_in_child
 
 MODES = ("no-cache", "cache")
 
@@ -98,18 +98,6 @@ def _read_bandwidth(size: int = 2**28, repeats: int = 5) -> float:
     return size / best
 
 
-def _measure(args: argparse.Namespace, mode: str) -> dict[str, Any]:
-    context = multiprocessing.get_context("spawn")
-    queue = context.Queue()
-    process = context.Process(target=_run_mode, args=(args, mode, queue))
-    process.start()
-    result = queue.get()
-    process.join()
-    if process.exitcode != 0:
-        sys.exit(f"the {mode} run failed (exit code {process.exitcode})")
-    return result
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="agentgym/SQL-v0")
@@ -135,7 +123,7 @@ def main() -> None:
     for repeat in range(args.repeats):
         order = args.modes if repeat % 2 == 0 else list(reversed(args.modes))
         for mode in order:
-            result = _measure(args, mode)
+            result = measure_in_child(_run_mode, args, mode, what=f"{mode} run")
             if mode not in best or result["tokens_per_s"] > best[mode]["tokens_per_s"]:
                 best[mode] = result
 

@@ -309,9 +309,10 @@ class KVEngine:
         idle = [r for r in range(self.rows.num_rows) if self._owner[r] is None and r not in reserved]
         return sorted(idle, key=lambda r: (bool(self._tokens[r]), self._used[r], r))
 
-    def _grow(self, rows: int, capacity: int, kept: Sequence[int] | None = None) -> dict[int, int]:
+    def _grow(self, rows: int, capacity: int, kept: Sequence[int] | None = None) -> dict[int, int] | None:
         """Make room for ``rows`` rows of ``capacity`` tokens, keeping only the rows ``kept`` (in
-        that order, as the first rows) when given; returns old row -> new row for the rows kept.
+        that order, as the first rows) when given; returns old row -> new row then, else None (no
+        row moved).
 
         Capacity grows to what the batch needs, or to ``capacity_growth`` times the current
         capacity when that is more and the budget allows (so a conversation growing by a turn at a
@@ -323,8 +324,8 @@ class KVEngine:
             if self._context is not None:
                 grown = min(grown, self._context + 1)
             capacity = grown if self._fits(rows, grown) else -(-capacity // step) * step
+        moved: dict[int, int] | None = None
         if kept is None:
-            moved = {r: r for r in range(self.rows.num_rows)}
             self.rows.reserve(rows, capacity)
         else:
             moved = {old: new for new, old in enumerate(kept)}
@@ -400,7 +401,8 @@ class KVEngine:
         if kept is not None:
             idle = len(kept) - busy
         moved = self._grow((self.rows.num_rows if kept is None else len(kept)) + max(0, fresh - (idle - len(continuations))), capacity, kept)
-        continuations = {request: moved[row] for request, row in continuations.items()}
+        if moved is not None:
+            continuations = {request: moved[row] for request, row in continuations.items()}
         self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, self.rows.nbytes)
 
         shared_logits: dict[int, torch.Tensor] = {}

@@ -363,11 +363,9 @@ class LocalBackend(Backend):
         use) and the run is lost with it; a server that is only slow (busy tearing down large runs)
         is left alone, and the run alone fails."""
         with self._lock:
-            if generation == self._generation and self._stopped is None and self._dead is None:
-                if self._serving() and not _halted(self._proc):
-                    return SandboxError("the sandbox did not report the end of the run")
-                self._stop("it did not report the end of a run past its deadline, and is stopped")
-        return SandboxLost(f"the sandbox's fork server stopped during the run ({self._last_stop})")
+            if generation == self._generation and self._stopped is None and self._dead is None and self._serving() and not _halted(self._proc):
+                return SandboxError("the sandbox did not report the end of the run")
+        return self.lost(generation, "it did not report the end of a run past its deadline, and is stopped")
 
     def lost(self, generation: int, why: str) -> SandboxLost:
         """A run of ``generation`` saw its server die (see :meth:`LocalProcess.wait`): the server is

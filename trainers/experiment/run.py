@@ -37,6 +37,7 @@ def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = pri
     tasks = _tasks(config, out)
     config = _record_config(config, out)
     _record_commit(out)
+    _record_machine(out)
 
     # The protocol as phases, each after the one it starts from.
     phases = [_Phase(BASE, None, "eval")]
@@ -389,13 +390,16 @@ _CODE = ("agentgym", "envs", "verifiers", "trainers", "tasks", "pyproject.toml")
 
 
 def _record_commit(out: Path) -> None:
-    """Add the commit that is about to run to ``commits.json``, and the machine to ``machines.json``
-    (a resumed run may span several of each)."""
+    """Add the commit that is about to run to ``commits.json`` (a resumed run may span several)."""
     path = out / "commits.json"
     commits = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     commit = _commit()
     if commit is not None and commit not in commits:
         path.write_text(json.dumps([*commits, commit]) + "\n", encoding="utf-8")
+
+
+def _record_machine(out: Path) -> None:
+    """Add the machine about to run to ``machines.json`` (a resumed run may span several)."""
     path = out / "machines.json"
     machines = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
     machine = _machine()
