@@ -329,6 +329,11 @@ class GRPOSection:
             ``when_better`` only where their advantage is above 0 (the proposal did better than its
             group), masked like environment tokens elsewhere: a given choice the model did not make
             is reinforced when it helps and not pushed down when it does not.
+        format_errors_in_loss: the sampled tokens of a turn in which the environment found a
+            malformed call (unparsable, an unknown tool, invalid arguments): ``always`` trained
+            with their episode's advantage like any other; ``when_worse`` only where it is below 0,
+            so a malformed call is pushed down where its episode did worse than its group and
+            never reinforced by one that succeeded despite it.
         mask_truncated: give no loss to trajectories cut by the token budget.
         train_on_env_tokens: ablation of the loss mask: the loss also covers the environment's tokens
             after the prompt (tool output, user turns, template glue), as a trainer that masks only
@@ -355,6 +360,7 @@ class GRPOSection:
     sft_coef: Annotated[float, Field(ge=0)] = 0.0
     sft_when_degenerate: bool = False
     openings_in_loss: Literal["always", "when_better"] = "always"
+    format_errors_in_loss: Literal["always", "when_worse"] = "always"
     mask_truncated: bool = False
     train_on_env_tokens: bool = False
     old_logprobs: Literal["recompute", "sampling"] = "recompute"

@@ -33,7 +33,7 @@ import math
 import shutil
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
@@ -47,7 +47,7 @@ from agentgym.env import check_task_ids
 from agentgym.models import DEFAULT_MODEL
 from agentgym.models.loading import resolve_device
 from agentgym.progress import ProgressReport
-from agentgym.records import EpisodeRecord
+from agentgym.records import EpisodeRecord, TurnRecord
 from agentgym.rollouts.batching import collate
 from agentgym.rollouts.chat import ChatRenderer
 from agentgym.rollouts.runner import Episode, RolloutConfig, run_rollouts
@@ -492,6 +492,11 @@ def grpo_update(
         worse = (advantages <= 0)[:, None] if advantages.dim() == 1 else advantages <= 0
         batch = replace(batch, loss_mask=batch.loss_mask & ~(given & worse))
         metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
+    if g.format_errors_in_loss == "when_worse":  # a malformed call is pushed down where its episode did worse, never reinforced
+        malformed = format_error_mask(kept, batch.input_ids.shape[1]).to(device)
+        not_worse = (advantages >= 0)[:, None] if advantages.dim() == 1 else advantages >= 0
+        batch = replace(batch, loss_mask=batch.loss_mask & ~(malformed & not_worse))
+        metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
     metrics["advantage/abs_mean"] = float(advantages.abs().mean() if advantages.dim() == 1 else advantages.abs()[batch.loss_mask].mean())
 
     plan = _minibatches(len(kept), group_size, g, shuffle_seed)
@@ -563,11 +568,22 @@ def grpo_update(
 def opening_mask(episodes: Sequence[Episode], width: int) -> torch.Tensor:
     """``[episodes, width]`` booleans: the positions of the tokens ``rollout.error_tool_exploration``
     gave each episode (the first ``opening_tokens`` of a turn's sampled segment)."""
+    return _sampled_mask(episodes, width, lambda turn, length: turn.get("opening_tokens", 0))
+
+
+def format_error_mask(episodes: Sequence[Episode], width: int) -> torch.Tensor:
+    """``[episodes, width]`` booleans: the positions of the sampled tokens of every turn in which
+    the environment found a malformed call (its step's ``turn_format_errors`` above 0)."""
+    return _sampled_mask(episodes, width, lambda turn, length: length if turn["info"].get("turn_format_errors", 0) else 0)
+
+
+def _sampled_mask(episodes: Sequence[Episode], width: int, tokens: Callable[[TurnRecord, int], int]) -> torch.Tensor:
+    """Marks the first ``tokens(turn, length)`` tokens of every turn's sampled segment."""
     mask = torch.zeros(len(episodes), width, dtype=torch.bool)
     for row, episode in enumerate(episodes):
         for segment in episode.trajectory.segments:
-            if segment.kind == "sampled" and (given := episode.turns[segment.turn].get("opening_tokens", 0)):
-                mask[row, segment.start : min(segment.start + given, width)] = True
+            if segment.kind == "sampled" and (count := tokens(episode.turns[segment.turn], len(segment.token_ids))):
+                mask[row, segment.start : min(segment.start + count, width)] = True
     return mask
 
 

@@ -129,7 +129,8 @@ def main() -> NoReturn:
         os._exit(1)
     control.close()
     _, status = os.waitpid(pid, 0)
-    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    # 128 + the signal for a server killed by one, as shells report it: the host tells a kill from a failure.
+    os._exit(128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status))
 
 
 def _add_exit_builtins() -> None:

@@ -193,7 +193,7 @@ class LocalBackend(Backend):
         self._prepared: dict[str, tuple[LocalProcess, Limits, float]] = {}
         # Prepared runs stopped by close_workspace(wait=False), until a waiting close sees them end.
         self._ending: collections.deque[LocalProcess] = collections.deque()
-        self._sock, self._proc = _launch()
+        self._sock, self._proc = _first_launch()
         self._finalizer = weakref.finalize(self, _shutdown, self._sock, self._proc, self._cgroups, self._groups)
 
     @property
@@ -498,8 +498,7 @@ def _launch() -> tuple[socket.socket, subprocess.Popen[bytes]]:
     )
     child.close()
     try:
-        if _receive(parent, STARTUP_TIMEOUT_S) != {"event": "userns"}:
-            raise OSError("unexpected handshake")
+        _expect(parent, "userns")
         for kind in ("uid", "gid"):
             with open(f"/proc/{proc.pid}/{kind}_map", "w") as handle:
                 handle.write(f"0 {UID_BASE} {UID_COUNT}\n")
@@ -508,12 +507,44 @@ def _launch() -> tuple[socket.socket, subprocess.Popen[bytes]]:
         with open(f"/proc/{proc.pid}/oom_score_adj", "w") as handle:
             handle.write("1000")
         parent.send(marshal.dumps({"op": "go"}))
-        if _receive(parent, STARTUP_TIMEOUT_S) != {"event": "ready"}:
-            raise OSError("unexpected handshake")
+        _expect(parent, "ready")
     except (OSError, TimeoutError, ValueError, EOFError) as exc:
-        _shutdown(parent, proc)
-        raise SandboxUnavailable(f"the local sandbox could not start ({exc or type(exc).__name__}){_stderr_tail(proc)}") from None
+        parent.close()
+        _reap(proc)
+        why = f"the local sandbox could not start ({exc or type(exc).__name__}){_stderr_tail(proc)}"
+        if proc.stderr is not None:
+            proc.stderr.close()
+        # A launcher killed itself has a negative status; one whose server was, 128 + the signal.
+        killed = proc.returncode < 0 or proc.returncode > 128
+        raise (_KilledWhileStarting if killed else SandboxUnavailable)(why) from None
     return parent, proc
+
+
+class _KilledWhileStarting(SandboxUnavailable):
+    """The fork server was killed by a signal while it started: most often the OOM killer, whose
+    first pick it is, on a machine short of memory for a moment."""
+
+
+def _first_launch() -> tuple[socket.socket, subprocess.Popen[bytes]]:
+    """Start a backend's first fork server. A start killed by a signal is tried again, paced and
+    bounded as restarts are; any other failure is final at once, as it would recur (no user
+    namespaces, a broken runtime view), and its message carries the server's last words."""
+    for failures in itertools.count(1):
+        try:
+            return _launch()
+        except _KilledWhileStarting as exc:
+            if failures >= MAX_FAILED_RESTARTS:
+                raise SandboxUnavailable(f"{exc}, {failures} times in a row") from None
+            _log.warning("agentgym sandbox: %s; trying again", exc)
+            time.sleep(RESTART_BACKOFF_S * 2 ** (failures - 1))
+    raise AssertionError("unreachable")
+
+
+def _expect(sock: socket.socket, event: str) -> None:
+    """Read the starting fork server's next handshake message, which must be ``event``."""
+    reply = _receive(sock, STARTUP_TIMEOUT_S)
+    if reply != {"event": event}:
+        raise OSError("the fork server ended before it was ready" if reply is None else f"unexpected handshake {reply!r}")
 
 
 def _receive(sock: socket.socket, timeout: float) -> dict[str, Any] | None:
@@ -564,14 +595,20 @@ def _stop_server(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
         proc.stderr.close()
 
 
-def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgroups | None = None, groups: dict[str, GroupHandle] | None = None) -> None:
-    # Closing the socket makes the server exit, which kills every sandbox in its pid namespace.
-    sock.close()
+def _reap(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for a launcher whose control socket is closed to exit (its server exits on that), and
+    kill one that does not."""
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgroups | None = None, groups: dict[str, GroupHandle] | None = None) -> None:
+    # Closing the socket makes the server exit, which kills every sandbox in its pid namespace.
+    sock.close()
+    _reap(proc)
     if proc.stderr is not None:
         proc.stderr.close()
     if cgroups is not None:

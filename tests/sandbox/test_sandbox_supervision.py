@@ -57,8 +57,8 @@ def test_twenty_oracle_episodes_succeed_after_the_fork_server_is_killed(local_ba
     policy = make_policy(env, "oracle", 0)
     assert run_episode(env, policy, seed=0)["success"]  # spares and drivers are warm now
     restarts, generation = backend.restarts, backend.generation()
-    server = server_pid(backend)
-    os.kill(backend._proc.pid if victim == "launcher" else server, signal.SIGKILL)  # as the OOM killer does
+    server, launcher = server_pid(backend), backend._proc
+    os.kill(launcher.pid if victim == "launcher" else server, signal.SIGKILL)  # as the OOM killer does
     # The server dies milliseconds after the signal, later still when its launcher is the victim
     # (it follows its parent); an episode begun inside that window is an infra error, retried by
     # the runner (tests/chaos). These episodes start once it is dead.
@@ -70,6 +70,8 @@ def test_twenty_oracle_episodes_succeed_after_the_fork_server_is_killed(local_ba
     env.close()
     assert [r["reward_reason"] for r in records if not r["success"]] == []
     assert (backend.restarts, backend.generation()) == (restarts + 1, generation + 1)
+    # How it ended shows on the launcher's status: killed itself, or 128 + the signal that killed its server.
+    assert launcher.returncode == (-signal.SIGKILL if victim == "launcher" else 128 + signal.SIGKILL)
 
 
 def test_a_workspace_the_reset_opened_and_lost_before_its_first_run_is_replaced(local_backend):
@@ -164,6 +166,43 @@ def test_a_failed_start_is_tried_again_after_a_pause(backend, monkeypatch):
         assert box.run("print('ok')").stdout == "ok\n"
     assert len(launches) == 2 and launches[1] - launches[0] >= local_module.RESTART_BACKOFF_S
     assert backend.restarts == 1 and backend.alive
+
+
+def test_a_first_start_killed_by_a_signal_is_tried_again(local_backend, monkeypatch):
+    """A starting server can be the OOM killer's pick; a backend made at that moment still starts."""
+    real_popen, launched = local_module.subprocess.Popen, []
+
+    def popen_killed_once(command, *args, **kwargs):
+        proc = real_popen(command, *args, **kwargs)
+        if any(str(part).endswith("_zygote.py") for part in command):  # a launcher, not a helper tool
+            launched.append(proc)
+            if len(launched) == 1:
+                kill_and_wait(proc.pid)
+        return proc
+
+    monkeypatch.setattr(local_module.subprocess, "Popen", popen_killed_once)
+    monkeypatch.setattr(local_module, "RESTART_BACKOFF_S", 0.05)
+    own = LocalBackend()
+    try:
+        assert len(launched) == 2 and launched[0].returncode == -signal.SIGKILL
+        with Sandbox(own, LIMITS) as box:
+            assert box.run("print('ok')").stdout == "ok\n"
+    finally:
+        own.close()
+
+
+def test_a_first_start_that_fails_is_reported_at_once_with_the_servers_last_words(local_backend, monkeypatch):
+    real_launch, launches = local_module._launch, []
+
+    def counted_launch():
+        launches.append(1)
+        return real_launch()
+
+    monkeypatch.setattr(local_module, "_launch", counted_launch)
+    monkeypatch.setattr(local_module, "WARM_IMPORTS", (*local_module.WARM_IMPORTS, "agentgym_no_such_module"))
+    with pytest.raises(SandboxUnavailable, match="(?s)could not start.*No module named 'agentgym_no_such_module'"):
+        LocalBackend()
+    assert len(launches) == 1  # it would fail the same way again
 
 
 def test_a_closed_backend_is_not_restarted(backend):

@@ -10,13 +10,15 @@ import torch
 from letters_env import TOY_ENV
 
 from agentgym.models import load_model
+from agentgym.models.backend import Generation
+from agentgym.parsing import format_tool_call
 from agentgym.models.hf import HFBackend
 from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.trainers.config import GRPOSection, OptimSection, SFTSection
 from agentgym.trainers.grpo import LOSS_AGGS, group_advantages, intact_groups
 from agentgym.trainers.modeling import Reference
 from agentgym.trainers.sft import sft_update
-from agentgym.trainers.trainer import grpo_update
+from agentgym.trainers.trainer import format_error_mask, grpo_update
 
 GROUP = 3
 
@@ -291,3 +293,67 @@ def test_given_openings_are_trained_only_where_they_did_better_when_asked(policy
     assert_same_update(update, expected)
     assert any(bool((u - p).abs().max() > 1e-6) for u, p in zip(update, plain, strict=True)), "masking changed nothing"
     assert metrics["batch/loss_tokens"] == sum(sum(e.trajectory.loss_mask) for e in episodes) - 2 * sum(worse)
+
+
+def test_malformed_turns_are_trained_only_where_they_did_worse_when_asked(policy, episodes) -> None:
+    # Every first turn marked as holding a malformed call (as the environment's step info reports it).
+    malformed = [
+        dataclasses.replace(e, turns=[{**t, "info": {**t["info"], "turn_format_errors": 1}} if i == 0 else t for i, t in enumerate(e.turns)])
+        for e in episodes
+    ]
+    base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
+    _, plain = run_update(policy, episodes, base, reference=False)
+    _, always = run_update(policy, malformed, base, reference=False)
+    assert all(torch.equal(a, b) for a, b in zip(always, plain, strict=True))  # "always": trained like any turn
+    metrics, update = run_update(policy, malformed, dataclasses.replace(base, format_errors_in_loss="when_worse"), reference=False)
+    # The same update as plain GRPO's on trajectories whose first turn is masked where the
+    # episode's advantage is not below 0.
+    advantages, _ = group_advantages(torch.tensor([e.reward for e in episodes]), GROUP)
+    not_worse = [bool(a >= 0) for a in advantages]
+    assert any(not_worse) and not all(not_worse), "the comparison needs both kinds of rows"
+
+    def masked(episode, cut: bool):
+        first = next(s for s in episode.trajectory.segments if s.kind == "sampled")
+        mask = list(episode.trajectory.loss_mask)
+        mask[first.start : first.end] = [0] * len(first.token_ids) if cut else mask[first.start : first.end]
+        return dataclasses.replace(episode, trajectory=dataclasses.replace(episode.trajectory, loss_mask=tuple(mask)))
+
+    _, expected = run_update(policy, [masked(e, c) for e, c in zip(episodes, not_worse, strict=True)], base, reference=False)
+    assert_same_update(update, expected)
+    assert any(bool((u - p).abs().max() > 1e-6) for u, p in zip(update, plain, strict=True)), "masking changed nothing"
+    first_lengths = [len(next(s for s in e.trajectory.segments if s.kind == "sampled").token_ids) for e in episodes]
+    assert metrics["batch/loss_tokens"] == sum(sum(e.trajectory.loss_mask) for e in episodes) - sum(n for n, c in zip(first_lengths, not_worse, strict=True) if c)
+
+
+class _BlendsAfterAResult:
+    """A backend that calls sql, and once it has a result, sends its answer under sql's name (the
+    blend seen in evaluation: the answer's argument, the tool's name)."""
+
+    name = "blends-after-a-result"
+    blend = format_tool_call("sql", {"text": "26"})
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def generate(self, prompts, params):
+        out = []
+        for prompt, p in zip(prompts, params, strict=True):
+            text = self.blend if '"row_count"' in self.tokenizer.decode(prompt) else format_tool_call("sql", {"query": "SELECT 1"})
+            ids = (*self.tokenizer.encode(text, add_special_tokens=False), p.stop_token_ids[0])
+            out.append(Generation(ids, (-0.5,) * len(ids), text, "stop"))
+        return out
+
+
+def test_the_trainer_finds_the_turns_whose_call_the_environment_found_malformed(default_tokenizer) -> None:
+    config = RolloutConfig("agentgym/SQL-v0", split="train", num_tasks=2, group_size=2, max_turns=3, max_new_tokens=64, seed=0, env_kwargs={"fault_rate": 0.0})
+    episodes = run_rollouts(_BlendsAfterAResult(default_tokenizer), config)
+    width = max(len(e.trajectory.token_ids) for e in episodes)
+    mask = format_error_mask(episodes, width)
+    for row, episode in enumerate(episodes):
+        assert [t["text"] for t in episode.turns][1:] == [_BlendsAfterAResult.blend] * 2
+        assert [t["info"]["turn_format_errors"] for t in episode.turns] == [0, 1, 1]
+        expected = torch.zeros(width, dtype=torch.bool)
+        for segment in episode.trajectory.segments:
+            if segment.kind == "sampled" and segment.turn > 0:  # the well-formed first turn is not marked
+                expected[segment.start : segment.end] = True
+        assert expected.any() and torch.equal(mask[row], expected)
