@@ -17,7 +17,9 @@ went unreported past its deadline while the server is stopped by a signal), what
 :class:`SandboxLost`. The next use starts a new server (other threads wait for it): at once, and
 after a failed start again after a doubling pause (``RESTART_BACKOFF_S``, then twice that...);
 after ``MAX_FAILED_RESTARTS`` failed starts in a row the backend gives up for good, with an
-error that says so. Each stop is logged once, and counted (:meth:`LocalBackend.generation`,
+error that says so. A backend's first start is tried again the same way only when a signal
+killed the server (the OOM killer, on a machine short of memory for a moment); any other failure
+of it would recur, and is raised at once with the server's last words. Each stop is logged once, and counted (:meth:`LocalBackend.generation`,
 :attr:`LocalBackend.restarts`).
 """
 
