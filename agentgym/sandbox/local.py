@@ -19,8 +19,8 @@ after a failed start again after a doubling pause (``RESTART_BACKOFF_S``, then t
 after ``MAX_FAILED_RESTARTS`` failed starts in a row the backend gives up for good, with an
 error that says so. A backend's first start is tried again the same way only when a signal
 killed the server (the OOM killer, on a machine short of memory for a moment); any other failure
-of it would recur, and is raised at once with the server's last words. Each stop is logged once, and counted (:meth:`LocalBackend.generation`,
-:attr:`LocalBackend.restarts`).
+of it would recur, and is raised at once with the server's last words. Each stop is logged once,
+and counted (:meth:`LocalBackend.generation`, :attr:`LocalBackend.restarts`).
 """
 
 from __future__ import annotations
@@ -512,12 +512,13 @@ def _launch() -> tuple[socket.socket, subprocess.Popen[bytes]]:
         _expect(parent, "ready")
     except (OSError, TimeoutError, ValueError, EOFError) as exc:
         parent.close()
-        _reap(proc)
+        ended_itself = _reap(proc)
         why = f"the local sandbox could not start ({exc or type(exc).__name__}){_stderr_tail(proc)}"
         if proc.stderr is not None:
             proc.stderr.close()
         # A launcher killed itself has a negative status; one whose server was, 128 + the signal.
-        killed = proc.returncode < 0 or proc.returncode > 128
+        # One that had to be killed here (it hung) is not a passing kill.
+        killed = ended_itself and (proc.returncode < 0 or proc.returncode > 128)
         raise (_KilledWhileStarting if killed else SandboxUnavailable)(why) from None
     return parent, proc
 
@@ -531,15 +532,16 @@ def _first_launch() -> tuple[socket.socket, subprocess.Popen[bytes]]:
     """Start a backend's first fork server. A start killed by a signal is tried again, paced and
     bounded as restarts are; any other failure is final at once, as it would recur (no user
     namespaces, a broken runtime view), and its message carries the server's last words."""
-    for failures in itertools.count(1):
+    failures = 0
+    while True:
         try:
             return _launch()
         except _KilledWhileStarting as exc:
+            failures += 1
             if failures >= MAX_FAILED_RESTARTS:
                 raise SandboxUnavailable(f"{exc}, {failures} times in a row") from None
             _log.warning("agentgym sandbox: %s; trying again", exc)
             time.sleep(RESTART_BACKOFF_S * 2 ** (failures - 1))
-    raise AssertionError("unreachable")
 
 
 def _expect(sock: socket.socket, event: str) -> None:
@@ -597,14 +599,16 @@ def _stop_server(sock: socket.socket, proc: subprocess.Popen[bytes]) -> None:
         proc.stderr.close()
 
 
-def _reap(proc: subprocess.Popen[bytes]) -> None:
+def _reap(proc: subprocess.Popen[bytes]) -> bool:
     """Wait for a launcher whose control socket is closed to exit (its server exits on that), and
-    kill one that does not."""
+    kill one that does not; whether it ended without that kill."""
     try:
         proc.wait(timeout=5)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+        return False
+    return True
 
 
 def _shutdown(sock: socket.socket, proc: subprocess.Popen[bytes], cgroups: Cgroups | None = None, groups: dict[str, GroupHandle] | None = None) -> None:
