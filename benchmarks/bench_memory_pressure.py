@@ -115,10 +115,24 @@ def hog(folder: str, version: str, limit: int, margin: int, spike_s: float) -> N
             held.append(bytearray(b"\1" * MiB))  # touched: resident
         print("ready", flush=True)
         time.sleep(spike_s)
+        if not sandbox_in(folder):  # the player is still starting: a spike now would only kill the hog
+            continue
         spike = [bytearray(b"\1" * MiB) for _ in range((limit - usage(folder, version)) // MiB + 8)]
         del spike
         while held and usage(folder, version) > limit - margin:
             held.pop()
+
+
+def sandbox_in(folder: str) -> bool:
+    """Whether a sandbox's fork server is in the group (``oom_score_adj`` 1000: the OOM killer's
+    first pick, as its runs are)."""
+    with open(os.path.join(folder, "cgroup.procs")) as handle:
+        pids = handle.read().split()
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/oom_score_adj") as handle:
+            if handle.read().strip() == "1000":
+                return True
+    return False
 
 
 def play(folder: str | None, episodes: int) -> None:
