@@ -11,8 +11,8 @@ from letters_env import TOY_ENV
 
 from agentgym.models import load_model
 from agentgym.models.backend import Generation
-from agentgym.parsing import format_tool_call
 from agentgym.models.hf import HFBackend
+from agentgym.parsing import format_tool_call
 from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.trainers.config import GRPOSection, OptimSection, SFTSection
 from agentgym.trainers.grpo import LOSS_AGGS, group_advantages, intact_groups
