@@ -298,8 +298,7 @@ def test_given_openings_are_trained_only_where_they_did_better_when_asked(policy
 def test_malformed_turns_are_trained_only_where_they_did_worse_when_asked(policy, episodes) -> None:
     # Every first turn marked as holding a malformed call (as the environment's step info reports it).
     malformed = [
-        dataclasses.replace(e, turns=[{**t, "info": {**t["info"], "turn_format_errors": 1}} if i == 0 else t for i, t in enumerate(e.turns)])
-        for e in episodes
+        dataclasses.replace(e, turns=[{**t, "info": {**t["info"], "turn_format_errors": 1}} if i == 0 else t for i, t in enumerate(e.turns)]) for e in episodes
     ]
     base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
     _, plain = run_update(policy, episodes, base, reference=False)
@@ -322,7 +321,9 @@ def test_malformed_turns_are_trained_only_where_they_did_worse_when_asked(policy
     assert_same_update(update, expected)
     assert any(bool((u - p).abs().max() > 1e-6) for u, p in zip(update, plain, strict=True)), "masking changed nothing"
     first_lengths = [len(next(s for s in e.trajectory.segments if s.kind == "sampled").token_ids) for e in episodes]
-    assert metrics["batch/loss_tokens"] == sum(sum(e.trajectory.loss_mask) for e in episodes) - sum(n for n, c in zip(first_lengths, not_worse, strict=True) if c)
+    assert metrics["batch/loss_tokens"] == sum(sum(e.trajectory.loss_mask) for e in episodes) - sum(
+        n for n, c in zip(first_lengths, not_worse, strict=True) if c
+    )
 
 
 class _BlendsAfterAResult:
