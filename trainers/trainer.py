@@ -481,22 +481,19 @@ def grpo_update(
     if g.mask_truncated:
         cut = torch.tensor([e.stop_reason == "token_budget" for e in kept], device=device)
         batch = replace(batch, loss_mask=batch.loss_mask & ~cut[:, None])
-    metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
     if g.step_advantage_weight > 0:  # GiGPO: each turn's tokens get A_i + w * A^S of their turn
         advantages, step_stats = token_advantages(
             kept, advantages, group_size, batch.input_ids.shape[1], weight=g.step_advantage_weight, gamma=g.step_discount, scale_by_std=g.scale_by_std
         )
         metrics.update({f"advantage/{k}": v for k, v in step_stats.items()})
+    # Rows' advantages ([B]) or tokens' ([B, T]) as [B, 1] or [B, T], for the token masks below.
+    per_token = advantages[:, None] if advantages.dim() == 1 else advantages
+    width = batch.input_ids.shape[1]
     if g.openings_in_loss == "when_better":  # given tokens stay in the loss only where they did better than their group
-        given = opening_mask(kept, batch.input_ids.shape[1]).to(device)
-        worse = (advantages <= 0)[:, None] if advantages.dim() == 1 else advantages <= 0
-        batch = replace(batch, loss_mask=batch.loss_mask & ~(given & worse))
-        metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
+        batch = replace(batch, loss_mask=batch.loss_mask & ~(opening_mask(kept, width).to(device) & (per_token <= 0)))
     if g.format_errors_in_loss == "when_worse":  # a malformed call is pushed down where its episode did worse, never reinforced
-        malformed = format_error_mask(kept, batch.input_ids.shape[1]).to(device)
-        not_worse = (advantages >= 0)[:, None] if advantages.dim() == 1 else advantages >= 0
-        batch = replace(batch, loss_mask=batch.loss_mask & ~(malformed & not_worse))
-        metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
+        batch = replace(batch, loss_mask=batch.loss_mask & ~(format_error_mask(kept, width).to(device) & (per_token >= 0)))
+    metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
     metrics["advantage/abs_mean"] = float(advantages.abs().mean() if advantages.dim() == 1 else advantages.abs()[batch.loss_mask].mean())
 
     plan = _minibatches(len(kept), group_size, g, shuffle_seed)
