@@ -14,6 +14,7 @@ import torch
 
 from agentgym.models.backend import Generation, SamplingParams
 from agentgym.parsing import format_tool_call, parse_action
+from agentgym.rollouts.chat import ChatRenderer
 from agentgym.rollouts.episode import TokenEpisode
 from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.rollouts.settings import NO_EXPLORATION, RolloutSettings
@@ -44,6 +45,16 @@ def test_call_openings_end_at_each_tools_first_argument_name(default_tokenizer: 
     for opening, name, key in zip(openings, ("answer", "sql"), ("text", "query"), strict=True):
         whole = default_tokenizer.encode(format_tool_call(name, {key: "x"}), add_special_tokens=False)
         assert tuple(whole[: len(opening)]) == opening
+
+
+def test_the_call_prefix_is_what_every_call_begins_with(default_tokenizer: Any) -> None:
+    renderer = _episode(default_tokenizer).renderer
+    assert default_tokenizer.decode(renderer.call_prefix) == '<tool_call>{"arguments": {"'
+    for opening in renderer.call_openings:
+        assert opening[: len(renderer.call_prefix)] == renderer.call_prefix
+    # With a single tool, its whole opening is shared.
+    single = ChatRenderer(default_tokenizer, tools=[renderer.tools[1]])
+    assert single.call_prefix == single.call_openings[0]
 
 
 def test_the_turn_after_a_failed_call_opens_with_a_random_tool(default_tokenizer: Any) -> None:

@@ -334,6 +334,11 @@ class GRPOSection:
             with their episode's advantage like any other; ``when_worse`` only where it is below 0,
             so a malformed call is pushed down where its episode did worse than its group and
             never reinforced by one that succeeded despite it.
+        call_prefix_in_loss: the leading tokens of a turn that every tool call begins with (the
+            call format's own tokens, ``ChatRenderer.call_prefix``, as the turn sampled them):
+            ``always`` trained with their episode's advantage; ``when_better`` only where it is
+            above 0. Pushing them down for an episode that did worse pushes down every call from
+            that state, the better ones included; what made it worse is in the tokens after them.
         mask_truncated: give no loss to trajectories cut by the token budget.
         train_on_env_tokens: ablation of the loss mask: the loss also covers the environment's tokens
             after the prompt (tool output, user turns, template glue), as a trainer that masks only
@@ -361,6 +366,7 @@ class GRPOSection:
     sft_when_degenerate: bool = False
     openings_in_loss: Literal["always", "when_better"] = "always"
     format_errors_in_loss: Literal["always", "when_worse"] = "always"
+    call_prefix_in_loss: Literal["always", "when_better"] = "always"
     mask_truncated: bool = False
     train_on_env_tokens: bool = False
     old_logprobs: Literal["recompute", "sampling"] = "recompute"

@@ -170,7 +170,8 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
     records = _demonstrations(config, train_ids, train_pool) if state.phase == "sft" or config.grpo.sft_coef > 0 else []
     policy, tokenizer = _load(config, base_model)
     pad_id = _pad_id(tokenizer)
-    demos = demonstration_trajectories(records, ChatRenderer(tokenizer, tools=tools))
+    renderer = ChatRenderer(tokenizer, tools=tools)
+    demos = demonstration_trajectories(records, renderer)
     if checkpoint is None:
         _new_run_dir(run_dir)
     dump_config(config, run_dir / "config.yaml")
@@ -197,7 +198,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
             _sft_phase(run, demos, checkpoint, sft_dir)
         # ---- 3. GRPO
         if state.phase == "grpo" and config.grpo.steps > 0:
-            _grpo_phase(run, train_pool, checkpoint, budget, demos)
+            _grpo_phase(run, train_pool, checkpoint, budget, demos, renderer.call_prefix)
         # ---- 4. final evaluation
         last = f"grpo step {state.step}"
         if state.phase == "grpo" and config.grpo.steps > 0 and config.eval.enabled:
@@ -281,13 +282,14 @@ def _sft_phase(run: _Run, demos: Sequence[Any], checkpoint: Path | None, sft_dir
     run.checkpoint(weights=False)  # they are sft_model/'s, which a resumed GRPO phase loads
 
 
-def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, budget: int, demos: Sequence[Trajectory]) -> None:
+def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, budget: int, demos: Sequence[Trajectory], call_prefix: Sequence[int]) -> None:
     """The GRPO phase: each step rolls out, computes advantages and updates the policy, then logs,
     warns, evaluates (early stopping) and checkpoints as configured.
 
     Args:
         budget: the most tokens a trajectory can sample (Dr. GRPO's constant).
         demos: the demonstrations of the SFT term (``grpo.sft_coef``), drawn per step as SFT draws them.
+        call_prefix: the token ids every tool call begins with (``grpo.call_prefix_in_loss``).
     """
     config, state, g = run.config, run.state, run.config.grpo
     reference = Reference(run.policy, device=config.ref_device) if g.kl_coef > 0 else None
@@ -330,6 +332,7 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
             shuffle_seed=derive_seed(config.seed, _SHUFFLE, state.step),
             demonstrations=_sft_term_batch(demos, config, state.step),
             sft_max_length=config.sft.max_length,
+            call_prefix=call_prefix,
         )
         _advance_schedule(scheduler, updates_per_step - int(update["optim/updates"]))
         state.step += 1
@@ -419,12 +422,16 @@ def grpo_update(
     shuffle_seed: int,
     demonstrations: Sequence[Trajectory] = (),
     sft_max_length: int | None = None,
+    call_prefix: Sequence[int] = (),
 ) -> dict[str, float]:
     """The GRPO update on one rollout batch: advantages, then ``g.epochs`` passes of mini-batch steps.
 
     With ``g.sft_coef > 0``, every optimiser step also back-propagates ``g.sft_coef`` times the
     masked NLL per loss token of ``demonstrations`` (cut to ``sft_max_length``), accumulated into
     the same gradients before clipping.
+
+    ``call_prefix`` is the token ids every tool call begins with, which ``g.call_prefix_in_loss``
+    keeps out of the loss where the advantage is not above 0.
 
     ``episodes`` are ordered by group (``group_size`` consecutive episodes share a task), as
     :func:`agentgym.rollouts.runner.run_rollouts` returns them. A group with an episode the machinery failed
@@ -493,6 +500,8 @@ def grpo_update(
         batch = replace(batch, loss_mask=batch.loss_mask & ~(opening_mask(kept, width).to(device) & (per_token <= 0)))
     if g.format_errors_in_loss == "when_worse":  # a malformed call is pushed down where its episode did worse, never reinforced
         batch = replace(batch, loss_mask=batch.loss_mask & ~(format_error_mask(kept, width).to(device) & (per_token >= 0)))
+    if g.call_prefix_in_loss == "when_better":  # the call format's tokens are never pushed down, only what follows them
+        batch = replace(batch, loss_mask=batch.loss_mask & ~(call_prefix_mask(kept, width, call_prefix).to(device) & (per_token <= 0)))
     metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
     metrics["advantage/abs_mean"] = float(advantages.abs().mean() if advantages.dim() == 1 else advantages.abs()[batch.loss_mask].mean())
 
@@ -572,6 +581,21 @@ def format_error_mask(episodes: Sequence[Episode], width: int) -> torch.Tensor:
     """``[episodes, width]`` booleans: the positions of the sampled tokens of every turn in which
     the environment found a malformed call (its step's ``turn_format_errors`` above 0)."""
     return _sampled_mask(episodes, width, lambda turn, length: length if turn["info"].get("turn_format_errors", 0) else 0)
+
+
+def call_prefix_mask(episodes: Sequence[Episode], width: int, prefix: Sequence[int]) -> torch.Tensor:
+    """``[episodes, width]`` booleans: the leading tokens of every turn's sampled segment that
+    match ``prefix`` (the tokens every tool call begins with), as far as they match."""
+    prefix = tuple(prefix)
+
+    def matched(turn: TurnRecord, length: int) -> int:
+        ids = turn["sampled_ids"]
+        n = 0
+        while n < min(len(prefix), len(ids)) and ids[n] == prefix[n]:
+            n += 1
+        return n
+
+    return _sampled_mask(episodes, width, matched)
 
 
 def _sampled_mask(episodes: Sequence[Episode], width: int, tokens: Callable[[TurnRecord, int], int]) -> torch.Tensor:

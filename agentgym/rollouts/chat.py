@@ -240,6 +240,18 @@ class ChatRenderer:
             openings.append(tuple(ids[:kept]))
         return tuple(openings)
 
+    @functools.cached_property
+    def call_prefix(self) -> tuple[int, ...]:
+        """The token ids every call to a tool begins with (the longest prefix all
+        :attr:`call_openings` share): the call format's own tokens, whichever tool is called."""
+        openings = self.call_openings
+        if not openings:
+            return ()
+        length = 0
+        while all(len(o) > length and o[length] == openings[0][length] for o in openings):
+            length += 1
+        return openings[0][:length]
+
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """Token ids of an opening conversation followed by the assistant generation prompt."""
         return self.encode(self.render_text(self.prepare(messages), add_generation_prompt=True))

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 
+import gymnasium as gym
 import pytest
 import torch
 from letters_env import TOY_ENV
@@ -13,12 +15,13 @@ from agentgym.models import load_model
 from agentgym.models.backend import Generation
 from agentgym.models.hf import HFBackend
 from agentgym.parsing import format_tool_call
+from agentgym.rollouts.chat import ChatRenderer
 from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.trainers.config import GRPOSection, OptimSection, SFTSection
 from agentgym.trainers.grpo import LOSS_AGGS, group_advantages, intact_groups
 from agentgym.trainers.modeling import Reference
 from agentgym.trainers.sft import sft_update
-from agentgym.trainers.trainer import format_error_mask, grpo_update
+from agentgym.trainers.trainer import call_prefix_mask, format_error_mask, grpo_update
 
 GROUP = 3
 
@@ -40,7 +43,9 @@ def episodes(policy):
     return found
 
 
-def run_update(policy, episodes, grpo: GRPOSection, *, lr: float = 1.0, reference: bool = True, demonstrations=()) -> tuple[dict, list[torch.Tensor]]:
+def run_update(
+    policy, episodes, grpo: GRPOSection, *, lr: float = 1.0, reference: bool = True, demonstrations=(), call_prefix=()
+) -> tuple[dict, list[torch.Tensor]]:
     """One grpo_update with plain SGD on a copy of the model; returns metrics and parameter changes."""
     model = copy.deepcopy(policy[0])
     before = [p.detach().clone() for p in model.parameters()]
@@ -61,6 +66,7 @@ def run_update(policy, episodes, grpo: GRPOSection, *, lr: float = 1.0, referenc
         max_grad_norm=None,
         shuffle_seed=7,
         demonstrations=demonstrations,
+        call_prefix=call_prefix,
     )
     return metrics, [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)]
 
@@ -326,6 +332,42 @@ def test_malformed_turns_are_trained_only_where_they_did_worse_when_asked(policy
     )
 
 
+def test_the_call_prefix_is_trained_only_where_it_did_better_when_asked(policy, episodes) -> None:
+    base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
+    asked = dataclasses.replace(base, call_prefix_in_loss="when_better")
+    _, plain = run_update(policy, episodes, base, reference=False)
+    advantages, _ = group_advantages(torch.tensor([e.reward for e in episodes]), GROUP)
+    firsts = [next(s for s in e.trajectory.segments if s.kind == "sampled") for e in episodes]
+    worse, better = (next(r for r, a in enumerate(advantages) if test(a)) for test in (lambda a: a < 0, lambda a: a > 0))
+    for row in (worse, better):
+        # A prefix that this row's first turn follows for two tokens and then leaves (the tiny
+        # model's turns share no tokens, so no other turn follows it).
+        prefix = (*firsts[row].token_ids[:2], -1)
+        _, always = run_update(policy, episodes, base, reference=False, call_prefix=prefix)
+        assert all(torch.equal(a, b) for a, b in zip(always, plain, strict=True))  # "always": trained like any token
+        metrics, update = run_update(policy, episodes, asked, reference=False, call_prefix=prefix)
+        # The same update as plain GRPO's on trajectories whose matching leading tokens (of every
+        # sampled turn) are masked where the episode's advantage is not above 0.
+        cut = 0
+
+        def masked(episode, advantage):
+            nonlocal cut
+            mask = list(episode.trajectory.loss_mask)
+            for segment in episode.trajectory.segments:
+                n = len(os.path.commonprefix([list(segment.token_ids), list(prefix)])) if segment.kind == "sampled" and advantage <= 0 else 0
+                mask[segment.start : segment.start + n] = [0] * n
+                cut += n
+            return dataclasses.replace(episode, trajectory=dataclasses.replace(episode.trajectory, loss_mask=tuple(mask)))
+
+        _, expected = run_update(policy, [masked(e, a) for e, a in zip(episodes, advantages, strict=True)], base, reference=False)
+        assert_same_update(update, expected)
+        assert metrics["batch/loss_tokens"] == sum(sum(e.trajectory.loss_mask) for e in episodes) - cut
+        if row == worse:
+            assert cut == 2 and any(bool((u - p).abs().max() > 1e-6) for u, p in zip(update, plain, strict=True)), "masking changed nothing"
+        else:
+            assert cut == 0  # a prefix in an episode that did better stays in the loss
+
+
 class _BlendsAfterAResult:
     """A backend that calls sql, and once it has a result, sends its answer under sql's name (the
     blend seen in evaluation: the answer's argument, the tool's name)."""
@@ -358,3 +400,23 @@ def test_the_trainer_finds_the_turns_whose_call_the_environment_found_malformed(
             if segment.kind == "sampled" and segment.turn > 0:  # the well-formed first turn is not marked
                 expected[segment.start : segment.end] = True
         assert expected.any() and torch.equal(mask[row], expected)
+
+
+def test_the_call_prefix_mask_marks_the_call_formats_own_tokens(default_tokenizer) -> None:
+    # Real SQL-v0 rollouts: well-formed calls and answers sent under sql's name alike begin with
+    # the whole call prefix, which is marked in every turn and nothing after it.
+    config = RolloutConfig("agentgym/SQL-v0", split="train", num_tasks=2, group_size=2, max_turns=3, max_new_tokens=64, seed=0, env_kwargs={"fault_rate": 0.0})
+    episodes = run_rollouts(_BlendsAfterAResult(default_tokenizer), config)
+    prefix = ChatRenderer(default_tokenizer, tools=gym.make("agentgym/SQL-v0").unwrapped.tools).call_prefix
+    width = max(len(e.trajectory.token_ids) for e in episodes)
+    mask = call_prefix_mask(episodes, width, prefix)
+    for row, episode in enumerate(episodes):
+        expected = torch.zeros(width, dtype=torch.bool)
+        for segment in episode.trajectory.segments:
+            if segment.kind == "sampled":
+                expected[segment.start : segment.start + len(prefix)] = True
+        assert int(expected.sum()) == 3 * len(prefix) and torch.equal(mask[row], expected)
+    # A call that leaves the format after its first tokens is marked only as far as it follows it.
+    malformed = default_tokenizer.encode('<tool_call>{"text": "1984"}</tool_call>', add_special_tokens=False)
+    shared = len(os.path.commonprefix([malformed, list(prefix)]))
+    assert 0 < shared < len(prefix)
