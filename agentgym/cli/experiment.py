@@ -42,6 +42,13 @@ def add_parser(commands: Any) -> None:
         metavar="S,S,...",
         help="training seeds instead of the configuration's; a finished results folder takes more seeds (its phases are kept), e.g. 0,1,2,3,4,5",
     )
+    p.add_argument(
+        "--arms",
+        type=_names,
+        metavar="ARM,ARM,...",
+        help="train and evaluate only these arms (grpo or the configuration's ablations; base and SFT always run), "
+        "e.g. to develop one new arm beside its control; the others can be added to the folder later",
+    )
     quiet_argument(p)
     p.set_defaults(run=run)
 
@@ -59,6 +66,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.summarize and args.seeds is not None:
             raise ConfigError("--summarize summarises the seeds the results folder holds; leave --seeds out")
+        if args.summarize and args.arms is not None:
+            raise ConfigError("--summarize summarises every arm the results folder holds; leave --arms out")
         if len(args.configs) > 1 and args.output is not None:
             raise ConfigError("--output names the results folder of one configuration; with several, each uses its own output_dir")
         if len(args.configs) == 1 and args.report is not None:
@@ -76,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
                 with ProgressReport(enabled=not args.quiet) as progress:
                     summaries[Path(config.output_dir)] = run_experiment(
-                        config, log=lambda line: progress.console.print(line, highlight=False, markup=False), progress=progress
+                        config, arms=args.arms, log=lambda line: progress.console.print(line, highlight=False, markup=False), progress=progress
                     )
     except (ConfigError, TrainerError, ModelLoadError) as exc:
         print(f"agentgym: error: {exc}", file=sys.stderr)
@@ -96,6 +105,13 @@ def _seeds(text: str) -> list[int]:
         return [int(part) for part in text.split(",")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, e.g. 0,1,2; got {text!r}") from None
+
+
+def _names(text: str) -> list[str]:
+    names = [part.strip() for part in text.split(",")]
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected comma-separated arm names, e.g. grpo,sft_continued; got {text!r}")
+    return names
 
 
 def _interrupted(signum: int, frame: object) -> None:

@@ -212,6 +212,22 @@ def test_more_arms_extend_a_finished_run_from_its_sft_models(finished, tmp_path)
         run_experiment(dataclasses.replace(config, ablations=changed, output_dir=str(extended)), log=lambda line: None)
 
 
+def test_a_run_of_some_arms_trains_only_those_and_pairs_them_on_their_seeds(finished, tmp_path) -> None:
+    # A new seed for one arm and its control only (agentgym experiment --arms): base and SFT run
+    # as they must, the other arm does not, and each paired difference is over the seeds both ran.
+    config, out, summary, _ = finished
+    extended = tmp_path / "extended"
+    shutil.copytree(out, extended)
+    more = run_experiment(dataclasses.replace(config, seeds=(0, 1, 2), output_dir=str(extended)), arms=["env_tokens_in_loss"], log=lambda line: None)
+    assert (extended / "sft" / "seed-2" / "eval.jsonl").is_file() and (extended / "env_tokens_in_loss" / "seed-2" / "eval.jsonl").is_file()
+    assert not (extended / "grpo" / "seed-2").exists()
+    assert sorted(more["arms"]["env_tokens_in_loss"]["seeds"]) == [0, 1, 2] and sorted(more["arms"]["grpo"]["seeds"]) == [0, 1]
+    assert more["delta_env_tokens_in_loss_minus_sft"]["n_pairs"] == 3 * 2 * 2
+    assert more["delta_env_tokens_in_loss_minus_grpo"] == summary["delta_env_tokens_in_loss_minus_grpo"]  # seeds 0 and 1 only
+    with pytest.raises(ConfigError, match=r"no arm 'hot' in this experiment; its arms: grpo, env_tokens_in_loss"):
+        run_experiment(dataclasses.replace(config, output_dir=str(extended)), arms=["hot"], log=lambda line: None)
+
+
 def test_phases_in_worker_processes_give_the_same_results(finished, tmp_path) -> None:
     # jobs: 2 runs two phases at a time in spawned workers (the toy environment's registration
     # travels with them); the per-phase work is the same, so are the written episodes.

@@ -29,9 +29,20 @@ from agentgym.trainers.memory import EPISODE_TOKENS, MemoryBudget, available_mem
 __all__ = ["run_experiment"]
 
 
-def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = print, progress: ProgressReport | None = None) -> dict[str, Any]:
+def run_experiment(
+    config: ExperimentConfig, *, arms: Sequence[str] | None = None, log: Callable[[str], None] = print, progress: ProgressReport | None = None
+) -> dict[str, Any]:
     """Run (or resume) the experiment and write its results; returns the summary. ``progress`` shows
-    the phases done (training runs and evaluations)."""
+    the phases done (training runs and evaluations). ``arms``: train and evaluate only these of
+    GRPO and the ablations (base and SFT always run); ``None`` runs them all.
+
+    Raises:
+        ConfigError: an arm the configuration does not have.
+    """
+    trained = [GRPO, *config.ablations]
+    unknown = [arm for arm in arms or () if arm not in trained]
+    if unknown:
+        raise ConfigError(f"no arm {', '.join(map(repr, unknown))} in this experiment; its arms: {', '.join(trained)}")
     out = Path(config.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     tasks = _tasks(config, out)
@@ -44,7 +55,7 @@ def run_experiment(config: ExperimentConfig, *, log: Callable[[str], None] = pri
     for seed in config.seeds:
         sft = _Phase(SFT, seed, "train")
         phases += [sft, _Phase(SFT, seed, "eval", after=sft.name)]
-        for arm in [GRPO, *config.ablations]:
+        for arm in [arm for arm in trained if arms is None or arm in arms]:
             train = _Phase(arm, seed, "train", after=sft.name)
             phases += [train, _Phase(arm, seed, "eval", after=train.name)]
     _run_phases(config, tasks, phases, PhaseTimings(out / "timings.json"), log, progress or ProgressReport(enabled=False))

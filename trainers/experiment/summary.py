@@ -139,9 +139,12 @@ def _template(row: Mapping[str, Any]) -> str:
 
 
 def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Success difference on identical (seed, task, trial) episodes, with a bootstrap interval over
-    tasks; a pair with an episode the machinery failed under is left out."""
+    """Success difference on identical (seed, task, trial) episodes of the seeds both arms ran, with a
+    bootstrap interval over tasks; a pair with an episode the machinery failed under is left out."""
     base = {(r["seed"], r["task_id"], r["trial"]): r for r in base_rows}
+    # An arm may have run on only some of the seeds (agentgym experiment --arms).
+    shared = {r["seed"] for r in base_rows} & {r["seed"] for r in arm_rows}
+    arm_rows = [r for r in arm_rows if r["seed"] in shared]
     by_task: dict[str, list[float]] = defaultdict(list)
     by_seed: dict[str, list[float]] = defaultdict(list)
     wins = losses = 0
