@@ -49,7 +49,7 @@ from agentgym.models.loading import resolve_device
 from agentgym.progress import ProgressReport
 from agentgym.records import EpisodeRecord, TurnRecord
 from agentgym.rollouts.batching import collate
-from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.chat import ChatRenderer, common_prefix_length
 from agentgym.rollouts.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.rollouts.settings import NO_EXPLORATION, settings_of
 from agentgym.rollouts.trajectory import Trajectory
@@ -587,15 +587,7 @@ def call_prefix_mask(episodes: Sequence[Episode], width: int, prefix: Sequence[i
     """``[episodes, width]`` booleans: the leading tokens of every turn's sampled segment that
     match ``prefix`` (the tokens every tool call begins with), as far as they match."""
     prefix = tuple(prefix)
-
-    def matched(turn: TurnRecord, length: int) -> int:
-        ids = turn["sampled_ids"]
-        n = 0
-        while n < min(len(prefix), len(ids)) and ids[n] == prefix[n]:
-            n += 1
-        return n
-
-    return _sampled_mask(episodes, width, matched)
+    return _sampled_mask(episodes, width, lambda turn, length: common_prefix_length(turn["sampled_ids"], prefix))
 
 
 def _sampled_mask(episodes: Sequence[Episode], width: int, tokens: Callable[[TurnRecord, int], int]) -> torch.Tensor:

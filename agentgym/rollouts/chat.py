@@ -81,6 +81,16 @@ def validate_messages(messages: Sequence[Mapping[str, Any]]) -> list[Message]:
     return out
 
 
+def common_prefix_length(*sequences: Sequence[int]) -> int:
+    """How many leading token ids all ``sequences`` share (0 for none)."""
+    length = 0
+    for column in zip(*sequences, strict=False):
+        if any(token != column[0] for token in column):
+            break
+        length += 1
+    return length
+
+
 class ChatRenderer:
     """Renders conversations for one tokenizer, chat template and tool set.
 
@@ -245,12 +255,7 @@ class ChatRenderer:
         """The token ids every call to a tool begins with (the longest prefix all
         :attr:`call_openings` share): the call format's own tokens, whichever tool is called."""
         openings = self.call_openings
-        if not openings:
-            return ()
-        length = 0
-        while all(len(o) > length and o[length] == openings[0][length] for o in openings):
-            length += 1
-        return openings[0][:length]
+        return openings[0][: common_prefix_length(*openings)] if openings else ()
 
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """Token ids of an opening conversation followed by the assistant generation prompt."""

@@ -224,6 +224,11 @@ def test_a_run_of_some_arms_trains_only_those_and_pairs_them_on_their_seeds(fini
     assert sorted(more["arms"]["env_tokens_in_loss"]["seeds"]) == [0, 1, 2] and sorted(more["arms"]["grpo"]["seeds"]) == [0, 1]
     assert more["delta_env_tokens_in_loss_minus_sft"]["n_pairs"] == 3 * 2 * 2
     assert more["delta_env_tokens_in_loss_minus_grpo"] == summary["delta_env_tokens_in_loss_minus_grpo"]  # seeds 0 and 1 only
+    # An arm that shares no seed with another gets no paired difference against it.
+    for seed in (0, 1):
+        shutil.rmtree(extended / "env_tokens_in_loss" / f"seed-{seed}")
+    alone = summarize_experiment(extended)
+    assert "delta_env_tokens_in_loss_minus_grpo" not in alone and alone["delta_env_tokens_in_loss_minus_sft"]["n_pairs"] == 2 * 2
     with pytest.raises(ConfigError, match=r"no arm 'hot' in this experiment; its arms: grpo, env_tokens_in_loss"):
         run_experiment(dataclasses.replace(config, output_dir=str(extended)), arms=["hot"], log=lambda line: None)
 

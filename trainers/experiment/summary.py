@@ -60,15 +60,11 @@ def summarize_experiment(out: str | Path) -> dict[str, Any]:
         "sft_task_ids": tasks["sft"],
         "eval_task_ids": tasks["eval"],
     }
-    for arm in [GRPO, *config.ablations]:
-        if arm in episodes and SFT in episodes:
-            summary[f"delta_{arm}_minus_sft"] = _paired_delta(episodes[arm], episodes[SFT])
-    for arm in config.ablations:
-        if arm in episodes and GRPO in episodes:
-            summary[f"delta_{arm}_minus_grpo"] = _paired_delta(episodes[arm], episodes[GRPO])
-    for arm, control in config.controls.items():
-        if arm in episodes and control in episodes and f"delta_{arm}_minus_{control}" not in summary:
-            summary[f"delta_{arm}_minus_{control}"] = _paired_delta(episodes[arm], episodes[control])
+    pairs = [*((arm, SFT) for arm in [GRPO, *config.ablations]), *((arm, GRPO) for arm in config.ablations), *config.controls.items()]
+    for arm, other in pairs:
+        # An arm may have run on only some seeds (agentgym experiment --arms): paired where both ran.
+        if arm in episodes and other in episodes and f"delta_{arm}_minus_{other}" not in summary and _seeds(episodes[arm]) & _seeds(episodes[other]):
+            summary[f"delta_{arm}_minus_{other}"] = _paired_delta(episodes[arm], episodes[other])
     curves = {arm: _curves(out, arm, config.seeds) for arm in [GRPO, *config.ablations]}
     summary["grpo_curves"] = {arm: c for arm, c in curves.items() if c}
     timings = PhaseTimings(out / "timings.json")
@@ -138,12 +134,15 @@ def _template(row: Mapping[str, Any]) -> str:
     return str(row.get("template") or row.get("difficulty") or "all")
 
 
+def _seeds(rows: Sequence[Mapping[str, Any]]) -> set[Any]:
+    return {r["seed"] for r in rows}
+
+
 def _paired_delta(arm_rows: Sequence[Mapping[str, Any]], base_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Success difference on identical (seed, task, trial) episodes of the seeds both arms ran, with a
     bootstrap interval over tasks; a pair with an episode the machinery failed under is left out."""
     base = {(r["seed"], r["task_id"], r["trial"]): r for r in base_rows}
-    # An arm may have run on only some of the seeds (agentgym experiment --arms).
-    shared = {r["seed"] for r in base_rows} & {r["seed"] for r in arm_rows}
+    shared = _seeds(arm_rows) & _seeds(base_rows)
     arm_rows = [r for r in arm_rows if r["seed"] in shared]
     by_task: dict[str, list[float]] = defaultdict(list)
     by_seed: dict[str, list[float]] = defaultdict(list)
