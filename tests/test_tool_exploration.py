@@ -57,6 +57,35 @@ def test_the_call_prefix_is_what_every_call_begins_with(default_tokenizer: Any) 
     assert single.call_prefix == single.call_openings[0]
 
 
+def _tool(name: str, *arguments: str) -> dict[str, Any]:
+    properties = {a: {"type": "string"} for a in arguments}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": name, "parameters": {"type": "object", "properties": properties, "required": list(arguments)}},
+    }
+
+
+def test_a_call_closing_is_what_every_call_to_its_tool_ends_with(default_tokenizer: Any) -> None:
+    renderer = _episode(default_tokenizer).renderer
+    # SQL-v0: the argument's name already tells answer from sql, so each closing holds its name.
+    texts = [default_tokenizer.decode(c) for c in renderer.call_closings]
+    assert texts == [' "name": "answer"}</tool_call>', ' "name": "sql"}</tool_call>']
+    # Tools that open alike (the same first argument) or take none: their name is a choice, left out.
+    tools = [_tool("get_order", "order_id"), _tool("cancel_order", "order_id"), _tool("search", "query"), _tool("stop")]
+    other = ChatRenderer(default_tokenizer, tools=tools)
+    texts = [default_tokenizer.decode(c) for c in other.call_closings]
+    assert texts == ['"}</tool_call>', '"}</tool_call>', ' "name": "search"}</tool_call>', '"}</tool_call>']
+    assert other.call_format.closings == other.call_closings and other.call_format.prefix == other.call_prefix
+    # Each closing is the last tokens of a call to its tool, whatever its arguments' values.
+    for tool, closing in zip(tools, other.call_closings, strict=True):
+        function = tool["function"]
+        for value in ("1977", "Ada Lovelace", "it's 3."):
+            ids = default_tokenizer.encode(
+                format_tool_call(function["name"], dict.fromkeys(function["parameters"]["required"], value)), add_special_tokens=False
+            )
+            assert tuple(ids[-len(closing) :]) == closing
+
+
 def test_the_turn_after_a_failed_call_opens_with_a_random_tool(default_tokenizer: Any) -> None:
     episode = _episode(default_tokenizer, error_tool_exploration=1.0)
     openings = episode.renderer.call_openings

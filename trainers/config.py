@@ -339,6 +339,13 @@ class GRPOSection:
             ``always`` trained with their episode's advantage; ``when_better`` only where it is
             above 0. Pushing them down for an episode that did worse pushes down every call from
             that state, the better ones included; what made it worse is in the tokens after them.
+        call_closing_in_loss: the tokens that close a call after its arguments' last value (each
+            tool's ``ChatRenderer.call_closings``: ``"name": "sql"}</tool_call>``, the name included
+            where the argument's name already told the tool apart), wherever a turn sampled them:
+            ``always`` trained with their episode's advantage; ``when_better`` only where it is
+            above 0. The call's choice is made before them (which argument, what value); pushing
+            them down for an episode that did worse moves mass to other names and closings, so the
+            next call pairs its arguments with the wrong tool.
         mask_truncated: give no loss to trajectories cut by the token budget.
         train_on_env_tokens: ablation of the loss mask: the loss also covers the environment's tokens
             after the prompt (tool output, user turns, template glue), as a trainer that masks only
@@ -367,6 +374,7 @@ class GRPOSection:
     openings_in_loss: Literal["always", "when_better"] = "always"
     format_errors_in_loss: Literal["always", "when_worse"] = "always"
     call_prefix_in_loss: Literal["always", "when_better"] = "always"
+    call_closing_in_loss: Literal["always", "when_better"] = "always"
     mask_truncated: bool = False
     train_on_env_tokens: bool = False
     old_logprobs: Literal["recompute", "sampling"] = "recompute"

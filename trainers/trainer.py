@@ -49,7 +49,7 @@ from agentgym.models.loading import resolve_device
 from agentgym.progress import ProgressReport
 from agentgym.records import EpisodeRecord, TurnRecord
 from agentgym.rollouts.batching import collate
-from agentgym.rollouts.chat import ChatRenderer, common_prefix_length
+from agentgym.rollouts.chat import NO_CALL_FORMAT, CallFormat, ChatRenderer, common_prefix_length
 from agentgym.rollouts.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.rollouts.settings import NO_EXPLORATION, settings_of
 from agentgym.rollouts.trajectory import Trajectory
@@ -198,7 +198,7 @@ def train(config: TrainConfig, *, resume: bool | str | Path = False, overwrite: 
             _sft_phase(run, demos, checkpoint, sft_dir)
         # ---- 3. GRPO
         if state.phase == "grpo" and config.grpo.steps > 0:
-            _grpo_phase(run, train_pool, checkpoint, budget, demos, renderer.call_prefix)
+            _grpo_phase(run, train_pool, checkpoint, budget, demos, renderer.call_format)
         # ---- 4. final evaluation
         last = f"grpo step {state.step}"
         if state.phase == "grpo" and config.grpo.steps > 0 and config.eval.enabled:
@@ -282,14 +282,14 @@ def _sft_phase(run: _Run, demos: Sequence[Any], checkpoint: Path | None, sft_dir
     run.checkpoint(weights=False)  # they are sft_model/'s, which a resumed GRPO phase loads
 
 
-def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, budget: int, demos: Sequence[Trajectory], call_prefix: Sequence[int]) -> None:
+def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, budget: int, demos: Sequence[Trajectory], call_format: CallFormat) -> None:
     """The GRPO phase: each step rolls out, computes advantages and updates the policy, then logs,
     warns, evaluates (early stopping) and checkpoints as configured.
 
     Args:
         budget: the most tokens a trajectory can sample (Dr. GRPO's constant).
         demos: the demonstrations of the SFT term (``grpo.sft_coef``), drawn per step as SFT draws them.
-        call_prefix: the token ids every tool call begins with (``grpo.call_prefix_in_loss``).
+        call_format: the tool-call format's own tokens (``grpo.call_prefix_in_loss`` and ``grpo.call_closing_in_loss``).
     """
     config, state, g = run.config, run.state, run.config.grpo
     reference = Reference(run.policy, device=config.ref_device) if g.kl_coef > 0 else None
@@ -332,7 +332,7 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
             shuffle_seed=derive_seed(config.seed, _SHUFFLE, state.step),
             demonstrations=_sft_term_batch(demos, config, state.step),
             sft_max_length=config.sft.max_length,
-            call_prefix=call_prefix,
+            call_format=call_format,
         )
         _advance_schedule(scheduler, updates_per_step - int(update["optim/updates"]))
         state.step += 1
@@ -422,7 +422,7 @@ def grpo_update(
     shuffle_seed: int,
     demonstrations: Sequence[Trajectory] = (),
     sft_max_length: int | None = None,
-    call_prefix: Sequence[int] = (),
+    call_format: CallFormat = NO_CALL_FORMAT,
 ) -> dict[str, float]:
     """The GRPO update on one rollout batch: advantages, then ``g.epochs`` passes of mini-batch steps.
 
@@ -430,8 +430,9 @@ def grpo_update(
     masked NLL per loss token of ``demonstrations`` (cut to ``sft_max_length``), accumulated into
     the same gradients before clipping.
 
-    ``call_prefix`` is the token ids every tool call begins with, which ``g.call_prefix_in_loss``
-    keeps out of the loss where the advantage is not above 0.
+    ``call_format`` is the tool-call format's own tokens: the prefix every call begins with and
+    each tool's closing, which ``g.call_prefix_in_loss`` and ``g.call_closing_in_loss`` keep out of
+    the loss where the advantage is not above 0.
 
     ``episodes`` are ordered by group (``group_size`` consecutive episodes share a task), as
     :func:`agentgym.rollouts.runner.run_rollouts` returns them. A group with an episode the machinery failed
@@ -501,7 +502,9 @@ def grpo_update(
     if g.format_errors_in_loss == "when_worse":  # a malformed call is pushed down where its episode did worse, never reinforced
         batch = replace(batch, loss_mask=batch.loss_mask & ~(format_error_mask(kept, width).to(device) & (per_token >= 0)))
     if g.call_prefix_in_loss == "when_better":  # the call format's tokens are never pushed down, only what follows them
-        batch = replace(batch, loss_mask=batch.loss_mask & ~(call_prefix_mask(kept, width, call_prefix).to(device) & (per_token <= 0)))
+        batch = replace(batch, loss_mask=batch.loss_mask & ~(call_prefix_mask(kept, width, call_format.prefix).to(device) & (per_token <= 0)))
+    if g.call_closing_in_loss == "when_better":  # nor the tokens after a call's arguments, which its arguments decided
+        batch = replace(batch, loss_mask=batch.loss_mask & ~(call_closing_mask(kept, width, call_format.closings).to(device) & (per_token <= 0)))
     metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
     metrics["advantage/abs_mean"] = float(advantages.abs().mean() if advantages.dim() == 1 else advantages.abs()[batch.loss_mask].mean())
 
@@ -574,29 +577,43 @@ def grpo_update(
 def opening_mask(episodes: Sequence[Episode], width: int) -> torch.Tensor:
     """``[episodes, width]`` booleans: the positions of the tokens ``rollout.error_tool_exploration``
     gave each episode (the first ``opening_tokens`` of a turn's sampled segment)."""
-    return _sampled_mask(episodes, width, lambda turn, length: turn.get("opening_tokens", 0))
+    return _sampled_mask(episodes, width, lambda turn: [(0, turn.get("opening_tokens", 0))])
 
 
 def format_error_mask(episodes: Sequence[Episode], width: int) -> torch.Tensor:
     """``[episodes, width]`` booleans: the positions of the sampled tokens of every turn in which
     the environment found a malformed call (its step's ``turn_format_errors`` above 0)."""
-    return _sampled_mask(episodes, width, lambda turn, length: length if turn["info"].get("turn_format_errors", 0) else 0)
+    return _sampled_mask(episodes, width, lambda turn: [(0, len(turn["sampled_ids"]))] if turn["info"].get("turn_format_errors", 0) else [])
 
 
 def call_prefix_mask(episodes: Sequence[Episode], width: int, prefix: Sequence[int]) -> torch.Tensor:
     """``[episodes, width]`` booleans: the leading tokens of every turn's sampled segment that
     match ``prefix`` (the tokens every tool call begins with), as far as they match."""
     prefix = tuple(prefix)
-    return _sampled_mask(episodes, width, lambda turn, length: common_prefix_length(turn["sampled_ids"], prefix))
+    return _sampled_mask(episodes, width, lambda turn: [(0, common_prefix_length(turn["sampled_ids"], prefix))])
 
 
-def _sampled_mask(episodes: Sequence[Episode], width: int, tokens: Callable[[TurnRecord, int], int]) -> torch.Tensor:
-    """Marks the first ``tokens(turn, length)`` tokens of every turn's sampled segment."""
+def call_closing_mask(episodes: Sequence[Episode], width: int, closings: Sequence[Sequence[int]]) -> torch.Tensor:
+    """``[episodes, width]`` booleans: wherever a turn's sampled tokens hold one of ``closings``
+    (the tokens that close a call to a tool after its arguments), those tokens."""
+    return _sampled_mask(episodes, width, lambda turn: _occurrences(turn["sampled_ids"], closings))
+
+
+def _occurrences(ids: Sequence[int], patterns: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
+    """The ``(start, stop)`` spans of ``ids`` that equal one of ``patterns`` (non-empty ones)."""
+    ids = tuple(ids)
+    return [(start, start + len(p)) for p in map(tuple, patterns) if p for start in range(len(ids) - len(p) + 1) if ids[start : start + len(p)] == p]
+
+
+def _sampled_mask(episodes: Sequence[Episode], width: int, spans: Callable[[TurnRecord], Sequence[tuple[int, int]]]) -> torch.Tensor:
+    """Marks the ``spans(turn)`` (``(start, stop)`` within the turn's sampled tokens) of every turn's sampled segment."""
     mask = torch.zeros(len(episodes), width, dtype=torch.bool)
     for row, episode in enumerate(episodes):
         for segment in episode.trajectory.segments:
-            if segment.kind == "sampled" and (count := tokens(episode.turns[segment.turn], len(segment.token_ids))):
-                mask[row, segment.start : min(segment.start + count, width)] = True
+            if segment.kind == "sampled":
+                end = min(segment.start + len(segment.token_ids), width)
+                for start, stop in spans(episode.turns[segment.turn]):
+                    mask[row, segment.start + start : min(segment.start + stop, end)] = True
     return mask
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentgym.parsing import format_tool_call
@@ -34,6 +35,30 @@ _PROBE_USER = "agentgym-probe-user"
 _PROBE_ASSISTANT = "agentgym-probe-assistant"
 _PROBE_TOOL = "agentgym-probe-tool-output"
 _PROBE_SCHEMA = {"type": "function", "function": {"name": "agentgym_probe_tool", "description": "probe", "parameters": {"type": "object", "properties": {}}}}
+
+
+# Argument values whose last characters tokenise differently (a digit, a word, a sentence's end):
+# what every rendering of a call shares after them is the call format's own.
+_PROBE_VALUES = ("0", "a", "a b.")
+
+
+@dataclass(frozen=True)
+class CallFormat:
+    """The tool-call format's own tokens, as a model samples them (:attr:`ChatRenderer.call_format`).
+
+    Attributes:
+        prefix: the token ids every call begins with, whichever tool it calls.
+        closings: per tool, the token ids that close a call to it after its arguments' last value
+            (``"name": "sql"}</tool_call>`` as the tokenizer splits it), the tool's name included only
+            where the call's opening already told the tool apart.
+    """
+
+    prefix: tuple[int, ...] = ()
+    closings: tuple[tuple[int, ...], ...] = ()
+
+
+NO_CALL_FORMAT = CallFormat()
+"""No call format known: nothing is kept out of the loss for being part of one."""
 
 
 class TemplateError(ValueError):
@@ -256,6 +281,36 @@ class ChatRenderer:
         :attr:`call_openings` share): the call format's own tokens, whichever tool is called."""
         openings = self.call_openings
         return openings[0][: common_prefix_length(*openings)] if openings else ()
+
+    @functools.cached_property
+    def call_closings(self) -> tuple[tuple[int, ...], ...]:
+        """Per tool, the token ids that close a call to it after its arguments' last value.
+
+        The tokens that every rendering of a call to the tool shares at its end, whatever the value
+        (:data:`_PROBE_VALUES`), in the format :func:`agentgym.parsing.format_tool_call` writes. The
+        tool's name is part of a closing only where it is no choice: the tool takes arguments and its
+        opening (:attr:`call_openings`) differs from every other tool's, so the argument's name
+        already told which tool is called. Elsewhere the closing starts after the name.
+        """
+        closings = []
+        for tool, opening in zip(self.tools, self.call_openings, strict=True):
+            function = tool["function"]
+            parameters = function.get("parameters") or {}
+            names = [*parameters.get("required", ()), *parameters.get("properties", {})]
+            calls = [self.encode(format_tool_call(function["name"], {names[0]: value} if names else {}))[::-1] for value in _PROBE_VALUES]
+            closing = calls[0][: common_prefix_length(*calls)][::-1]
+            if not names or self.call_openings.count(opening) > 1:
+                # Up to the name's value without its closing quote, which may merge with the brace after it.
+                named_text = json.dumps({"name": function["name"]})[1:-2]
+                named = next(k for k in range(len(closing) + 1) if named_text in self.tokenizer.decode(closing[:k]))
+                closing = closing[named:]
+            closings.append(tuple(closing))
+        return tuple(closings)
+
+    @property
+    def call_format(self) -> CallFormat:
+        """The call format's own tokens: :attr:`call_prefix` and :attr:`call_closings`."""
+        return CallFormat(self.call_prefix, self.call_closings)
 
     def prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]:
         """Token ids of an opening conversation followed by the assistant generation prompt."""

@@ -15,13 +15,13 @@ from agentgym.models import load_model
 from agentgym.models.backend import Generation
 from agentgym.models.hf import HFBackend
 from agentgym.parsing import format_tool_call
-from agentgym.rollouts.chat import ChatRenderer
+from agentgym.rollouts.chat import CallFormat, ChatRenderer
 from agentgym.rollouts.runner import RolloutConfig, run_rollouts
 from agentgym.trainers.config import GRPOSection, OptimSection, SFTSection
 from agentgym.trainers.grpo import LOSS_AGGS, group_advantages, intact_groups
 from agentgym.trainers.modeling import Reference
 from agentgym.trainers.sft import sft_update
-from agentgym.trainers.trainer import call_prefix_mask, format_error_mask, grpo_update
+from agentgym.trainers.trainer import call_closing_mask, call_prefix_mask, format_error_mask, grpo_update
 
 GROUP = 3
 
@@ -44,7 +44,7 @@ def episodes(policy):
 
 
 def run_update(
-    policy, episodes, grpo: GRPOSection, *, lr: float = 1.0, reference: bool = True, demonstrations=(), call_prefix=()
+    policy, episodes, grpo: GRPOSection, *, lr: float = 1.0, reference: bool = True, demonstrations=(), call_format=CallFormat()
 ) -> tuple[dict, list[torch.Tensor]]:
     """One grpo_update with plain SGD on a copy of the model; returns metrics and parameter changes."""
     model = copy.deepcopy(policy[0])
@@ -66,7 +66,7 @@ def run_update(
         max_grad_norm=None,
         shuffle_seed=7,
         demonstrations=demonstrations,
-        call_prefix=call_prefix,
+        call_format=call_format,
     )
     return metrics, [p.detach() - b for p, b in zip(model.parameters(), before, strict=True)]
 
@@ -332,31 +332,47 @@ def test_malformed_turns_are_trained_only_where_they_did_worse_when_asked(policy
     )
 
 
-def test_the_call_prefix_is_trained_only_where_it_did_better_when_asked(policy, episodes) -> None:
+def _spans(ids, pattern, where):
+    """The positions of ``ids`` that ``where`` ("start": a common prefix, "anywhere": every
+    occurrence) matches ``pattern`` at."""
+    if where == "start":
+        return list(range(len(os.path.commonprefix([list(ids), list(pattern)]))))
+    return [i + k for i in range(len(ids) - len(pattern) + 1) if tuple(ids[i : i + len(pattern)]) == tuple(pattern) for k in range(len(pattern))]
+
+
+@pytest.mark.parametrize("option", ["call_prefix_in_loss", "call_closing_in_loss"])
+def test_the_call_formats_tokens_are_trained_only_where_they_did_better_when_asked(policy, episodes, option) -> None:
     base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
-    asked = dataclasses.replace(base, call_prefix_in_loss="when_better")
+    asked = dataclasses.replace(base, **{option: "when_better"})
     _, plain = run_update(policy, episodes, base, reference=False)
     advantages, _ = group_advantages(torch.tensor([e.reward for e in episodes]), GROUP)
     firsts = [next(s for s in e.trajectory.segments if s.kind == "sampled") for e in episodes]
     worse, better = (next(r for r, a in enumerate(advantages) if test(a)) for test in (lambda a: a < 0, lambda a: a > 0))
     for row in (worse, better):
-        # A prefix that this row's first turn follows for two tokens and then leaves (the tiny
-        # model's turns share no tokens, so no other turn follows it).
-        prefix = (*firsts[row].token_ids[:2], -1)
-        _, always = run_update(policy, episodes, base, reference=False, call_prefix=prefix)
+        # The prefix: one this row's first turn follows for two tokens and then leaves. The closing:
+        # two tokens from the middle of that turn (and a closing found nowhere). The tiny model's
+        # turns share no tokens, so no other turn holds them.
+        if option == "call_prefix_in_loss":
+            pattern, where = (*firsts[row].token_ids[:2], -1), "start"
+            call_format = CallFormat(prefix=pattern)
+        else:
+            pattern, where = tuple(firsts[row].token_ids[2:4]), "anywhere"
+            call_format = CallFormat(closings=((-1, -2), pattern))
+        _, always = run_update(policy, episodes, base, reference=False, call_format=call_format)
         assert all(torch.equal(a, b) for a, b in zip(always, plain, strict=True))  # "always": trained like any token
-        metrics, update = run_update(policy, episodes, asked, reference=False, call_prefix=prefix)
-        # The same update as plain GRPO's on trajectories whose matching leading tokens (of every
-        # sampled turn) are masked where the episode's advantage is not above 0.
+        metrics, update = run_update(policy, episodes, asked, reference=False, call_format=call_format)
+        # The same update as plain GRPO's on trajectories whose matching tokens (of every sampled
+        # turn) are masked where the episode's advantage is not above 0.
         cut = 0
 
         def masked(episode, advantage):
             nonlocal cut
             mask = list(episode.trajectory.loss_mask)
             for segment in episode.trajectory.segments:
-                n = len(os.path.commonprefix([list(segment.token_ids), list(prefix)])) if segment.kind == "sampled" and advantage <= 0 else 0
-                mask[segment.start : segment.start + n] = [0] * n
-                cut += n
+                if segment.kind == "sampled" and advantage <= 0:
+                    for i in _spans(segment.token_ids, pattern, where):
+                        mask[segment.start + i] = 0
+                        cut += 1
             return dataclasses.replace(episode, trajectory=dataclasses.replace(episode.trajectory, loss_mask=tuple(mask)))
 
         _, expected = run_update(policy, [masked(e, a) for e, a in zip(episodes, advantages, strict=True)], base, reference=False)
@@ -365,7 +381,7 @@ def test_the_call_prefix_is_trained_only_where_it_did_better_when_asked(policy, 
         if row == worse:
             assert cut == 2 and any(bool((u - p).abs().max() > 1e-6) for u, p in zip(update, plain, strict=True)), "masking changed nothing"
         else:
-            assert cut == 0  # a prefix in an episode that did better stays in the loss
+            assert cut == 0  # tokens in an episode that did better stay in the loss
 
 
 class _BlendsAfterAResult:
@@ -420,3 +436,21 @@ def test_the_call_prefix_mask_marks_the_call_formats_own_tokens(default_tokenize
     malformed = default_tokenizer.encode('<tool_call>{"text": "1984"}</tool_call>', add_special_tokens=False)
     shared = len(os.path.commonprefix([malformed, list(prefix)]))
     assert 0 < shared < len(prefix)
+
+
+def test_the_call_closing_mask_marks_what_follows_a_calls_arguments(default_tokenizer) -> None:
+    # Real SQL-v0 rollouts: a query to sql, then answers sent under sql's name; every turn closes
+    # with sql's closing, which is marked, and nothing else is.
+    config = RolloutConfig("agentgym/SQL-v0", split="train", num_tasks=2, group_size=2, max_turns=3, max_new_tokens=64, seed=0, env_kwargs={"fault_rate": 0.0})
+    episodes = run_rollouts(_BlendsAfterAResult(default_tokenizer), config)
+    closings = ChatRenderer(default_tokenizer, tools=gym.make("agentgym/SQL-v0").unwrapped.tools).call_closings
+    width = max(len(e.trajectory.token_ids) for e in episodes)
+    mask = call_closing_mask(episodes, width, closings)
+    for row, episode in enumerate(episodes):
+        sampled = [s for s in episode.trajectory.segments if s.kind == "sampled"]
+        assert len(sampled) == 3
+        for segment in sampled:
+            marked = [t for i, t in enumerate(segment.token_ids) if mask[row, segment.start + i]]
+            assert default_tokenizer.decode(marked) == ' "name": "sql"}</tool_call>'
+            assert default_tokenizer.decode(segment.token_ids).endswith(' "name": "sql"}</tool_call><|im_end|>')
+        assert int(mask[row].sum()) == sum(int(mask[row, s.start : s.end].sum()) for s in sampled)  # nothing outside the turns
