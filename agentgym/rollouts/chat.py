@@ -116,6 +116,13 @@ def common_prefix_length(*sequences: Sequence[int]) -> int:
     return length
 
 
+def _first_argument(function: Mapping[str, Any]) -> str | None:
+    """A function schema's first required argument (its first argument when none is required; None
+    when it takes none): the name a call to it writes first."""
+    parameters = function.get("parameters") or {}
+    return next(iter([*parameters.get("required", ()), *parameters.get("properties", {})]), None)
+
+
 class ChatRenderer:
     """Renders conversations for one tokenizer, chat template and tool set.
 
@@ -265,10 +272,9 @@ class ChatRenderer:
         openings = []
         for tool in self.tools:
             function = tool["function"]
-            parameters = function.get("parameters") or {}
-            names = [*parameters.get("required", ()), *parameters.get("properties", {})]
-            text = format_tool_call(function["name"], {names[0]: ""} if names else {})
-            end = text.index(json.dumps(names[0])) + len(json.dumps(names[0])) - 1 if names else len(text)
+            first = _first_argument(function)
+            text = format_tool_call(function["name"], {first: ""} if first is not None else {})
+            end = text.index(json.dumps(first)) + len(json.dumps(first)) - 1 if first is not None else len(text)
             ids = self.encode(text)
             # The longest prefix of the call's own tokens that stays within the opening.
             kept = max(k for k in range(len(ids) + 1) if len(self.tokenizer.decode(ids[:k])) <= end)
@@ -295,11 +301,10 @@ class ChatRenderer:
         closings = []
         for tool, opening in zip(self.tools, self.call_openings, strict=True):
             function = tool["function"]
-            parameters = function.get("parameters") or {}
-            names = [*parameters.get("required", ()), *parameters.get("properties", {})]
-            calls = [self.encode(format_tool_call(function["name"], {names[0]: value} if names else {}))[::-1] for value in _PROBE_VALUES]
+            first = _first_argument(function)
+            calls = [self.encode(format_tool_call(function["name"], {first: value} if first is not None else {}))[::-1] for value in _PROBE_VALUES]
             closing = calls[0][: common_prefix_length(*calls)][::-1]
-            if not names or self.call_openings.count(opening) > 1:
+            if first is None or self.call_openings.count(opening) > 1:
                 # Up to the name's value without its closing quote, which may merge with the brace after it.
                 named_text = json.dumps({"name": function["name"]})[1:-2]
                 named = next(k for k in range(len(closing) + 1) if named_text in self.tokenizer.decode(closing[:k]))

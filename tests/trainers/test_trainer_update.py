@@ -403,10 +403,17 @@ class _BlendsAfterAResult:
         return out
 
 
-def test_the_trainer_finds_the_turns_whose_call_the_environment_found_malformed(default_tokenizer) -> None:
+def _blended_sql_rollouts(tokenizer) -> tuple[list, ChatRenderer, int]:
+    """Real SQL-v0 rollouts of :class:`_BlendsAfterAResult` (two groups of two, three turns each),
+    SQL-v0's renderer, and the width of the episodes' longest trajectory."""
     config = RolloutConfig("agentgym/SQL-v0", split="train", num_tasks=2, group_size=2, max_turns=3, max_new_tokens=64, seed=0, env_kwargs={"fault_rate": 0.0})
-    episodes = run_rollouts(_BlendsAfterAResult(default_tokenizer), config)
-    width = max(len(e.trajectory.token_ids) for e in episodes)
+    episodes = run_rollouts(_BlendsAfterAResult(tokenizer), config)
+    renderer = ChatRenderer(tokenizer, tools=gym.make("agentgym/SQL-v0").unwrapped.tools)
+    return episodes, renderer, max(len(e.trajectory.token_ids) for e in episodes)
+
+
+def test_the_trainer_finds_the_turns_whose_call_the_environment_found_malformed(default_tokenizer) -> None:
+    episodes, _, width = _blended_sql_rollouts(default_tokenizer)
     mask = format_error_mask(episodes, width)
     for row, episode in enumerate(episodes):
         assert [t["text"] for t in episode.turns][1:] == [_BlendsAfterAResult.blend] * 2
@@ -421,10 +428,8 @@ def test_the_trainer_finds_the_turns_whose_call_the_environment_found_malformed(
 def test_the_call_prefix_mask_marks_the_call_formats_own_tokens(default_tokenizer) -> None:
     # Real SQL-v0 rollouts: well-formed calls and answers sent under sql's name alike begin with
     # the whole call prefix, which is marked in every turn and nothing after it.
-    config = RolloutConfig("agentgym/SQL-v0", split="train", num_tasks=2, group_size=2, max_turns=3, max_new_tokens=64, seed=0, env_kwargs={"fault_rate": 0.0})
-    episodes = run_rollouts(_BlendsAfterAResult(default_tokenizer), config)
-    prefix = ChatRenderer(default_tokenizer, tools=gym.make("agentgym/SQL-v0").unwrapped.tools).call_prefix
-    width = max(len(e.trajectory.token_ids) for e in episodes)
+    episodes, renderer, width = _blended_sql_rollouts(default_tokenizer)
+    prefix = renderer.call_prefix
     mask = call_prefix_mask(episodes, width, prefix)
     for row, episode in enumerate(episodes):
         expected = torch.zeros(width, dtype=torch.bool)
@@ -441,10 +446,8 @@ def test_the_call_prefix_mask_marks_the_call_formats_own_tokens(default_tokenize
 def test_the_call_closing_mask_marks_what_follows_a_calls_arguments(default_tokenizer) -> None:
     # Real SQL-v0 rollouts: a query to sql, then answers sent under sql's name; every turn closes
     # with sql's closing, which is marked, and nothing else is.
-    config = RolloutConfig("agentgym/SQL-v0", split="train", num_tasks=2, group_size=2, max_turns=3, max_new_tokens=64, seed=0, env_kwargs={"fault_rate": 0.0})
-    episodes = run_rollouts(_BlendsAfterAResult(default_tokenizer), config)
-    closings = ChatRenderer(default_tokenizer, tools=gym.make("agentgym/SQL-v0").unwrapped.tools).call_closings
-    width = max(len(e.trajectory.token_ids) for e in episodes)
+    episodes, renderer, width = _blended_sql_rollouts(default_tokenizer)
+    closings = renderer.call_closings
     mask = call_closing_mask(episodes, width, closings)
     for row, episode in enumerate(episodes):
         sampled = [s for s in episode.trajectory.segments if s.kind == "sampled"]
