@@ -1,5 +1,5 @@
-"""The key/value buffers of GRPO steps' rollouts: every row kept against the rows of finished
-episodes left behind when the buffers grow.
+"""The key/value buffers of GRPO steps' rollouts: every row kept, the rows of finished episodes
+left behind when the buffers grow, and the shared prompt stored once.
 
 The local engine keeps one row of keys and values per cached sequence, in one rectangle as long as
 the longest; when a turn outgrows it, the rectangle is reallocated. Before, every row was carried
@@ -8,12 +8,17 @@ ends (``HFBackend.forget``), and a reallocation leaves those rows behind. In a G
 long turns belong to the few episodes still going (those that met a fault and retry), so the
 rectangle they need has a few rows, not one per episode.
 
+Every episode of a step also starts with the same system prompt and tool schemas (most of its
+tokens); each row used to hold its own copy of them, and now the engine stores them once
+(``KVEngine.store_prefix``) and every row holds only what follows.
+
 This plays GRPO steps' rollouts as an experiment's GRPO phase does (its rollout settings, an arm's
 changes, the training tasks; each step ``num_tasks`` tasks drawn from them and a group per task,
-seeds from ``--seed``) from a given model, in two modes, each in its own process: ``keep-all``
-(the runner never forgets) and ``forget`` (today's). For each it prints every step's largest
+seeds from ``--seed``) from a given model, in three modes, each in its own process: ``keep-all``
+(the runner never forgets, the prompt in every row), ``forget`` (finished rows left behind, the
+prompt in every row) and ``prefix-once`` (today's: both). For each it prints every step's largest
 key/value buffers (MiB), the process's peak resident memory, and the seconds; then the ratios
-and how many trajectories came out token-identical in the two modes.
+of each mode to the one before it and how many trajectories came out token-identical.
 
     python benchmarks/bench_kv_rows.py --model runs/tool-exploration-cpu/sft/seed-28/model \\
         --experiment trainers/configs/experiments/tool_exploration_cpu.yaml --arm tool_exploration_guarded
@@ -25,6 +30,7 @@ to the turn limit together and none ends early).
 from __future__ import annotations
 
 import argparse
+import itertools
 import random
 import resource
 import time
@@ -33,7 +39,7 @@ from typing import Any
 
 from child_process import measure_in_child
 
-MODES = ("keep-all", "forget")
+MODES = ("keep-all", "forget", "prefix-once")
 MIB = 2**20
 EXPERIMENT = Path(__file__).resolve().parents[1] / "trainers" / "configs" / "experiments" / "learning_cpu.yaml"
 
@@ -59,6 +65,7 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
     backend = HFBackend(model, tokenizer)
     if mode == "keep-all":
         backend.forget = None  # type: ignore[method-assign,assignment]  # the runner then never forgets
+    backend.engine.store_prefix = mode == "prefix-once"
     runner = RolloutRunner(backend)
     draw = random.Random(args.seed)
     steps, trajectories = [], []
@@ -67,7 +74,14 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
         backend.engine.reset_stats()
         chosen = draw.sample(tasks, train.rollout.num_tasks)
         episodes = runner.run(rollout_config(train, chosen, seed=args.seed * 1000 + step))
-        steps.append({"peak_cache_mib": backend.engine.stats.peak_cache_bytes / MIB, "turns": sum(e.trajectory.num_turns for e in episodes)})
+        stats = backend.engine.stats
+        steps.append(
+            {
+                "peak_cache_mib": stats.peak_cache_bytes / MIB,
+                "prefix": stats.stored_prefix_tokens,
+                "tokens": sum(len(e.trajectory.token_ids) for e in episodes) / len(episodes),
+            }
+        )
         trajectories.extend(list(e.trajectory.token_ids) for e in episodes)
     queue.put(
         {
@@ -92,19 +106,22 @@ def main() -> None:
 
     results = {mode: measure_in_child(_run_mode, args, mode, what=f"{mode} run") for mode in MODES}
     print(f"{Path(args.experiment).name}, arm {args.arm}, {args.steps} steps' rollouts from {args.model}")
-    print(f"{'mode':<9} {'KV MiB per step':<28} {'peak RSS MiB':>13} {'s':>7}")
+    print(f"{'mode':<11} {'KV MiB per step':<28} {'peak RSS MiB':>13} {'s':>7}")
     for mode in MODES:
         row = results[mode]
         sizes = " ".join(f"{step['peak_cache_mib']:.0f}" for step in row["steps"])
-        print(f"{mode:<9} {sizes:<28} {row['peak_rss_mib']:>13.0f} {row['seconds']:>7.1f}")
-    kept, forgot = results["keep-all"], results["forget"]
-    largest = [max(step["peak_cache_mib"] for step in r["steps"]) for r in (kept, forgot)]
-    identical = sum(a == b for a, b in zip(kept["trajectories"], forgot["trajectories"], strict=True))
-    print(
-        f"forget / keep-all: largest key/value buffers {largest[1] / largest[0]:.2f}x, peak resident memory "
-        f"{forgot['peak_rss_mib'] / kept['peak_rss_mib']:.2f}x, seconds {forgot['seconds'] / kept['seconds']:.2f}x; "
-        f"token-identical trajectories: {identical}/{len(kept['trajectories'])}"
-    )
+        print(f"{mode:<11} {sizes:<28} {row['peak_rss_mib']:>13.0f} {row['seconds']:>7.1f}")
+    steps = results["prefix-once"]["steps"]
+    print("per step, tokens an episode (mean) and stored once:", ", ".join(f"{step['tokens']:.0f} / {step['prefix']}" for step in steps))
+    for before, after in itertools.pairwise(MODES):
+        old, new = results[before], results[after]
+        largest = [max(step["peak_cache_mib"] for step in r["steps"]) for r in (old, new)]
+        identical = sum(a == b for a, b in zip(old["trajectories"], new["trajectories"], strict=True))
+        print(
+            f"{after} / {before}: largest key/value buffers {largest[1] / largest[0]:.2f}x, peak resident memory "
+            f"{new['peak_rss_mib'] / old['peak_rss_mib']:.2f}x, seconds {new['seconds'] / old['seconds']:.2f}x; "
+            f"token-identical trajectories: {identical}/{len(old['trajectories'])}"
+        )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,11 @@ computes each of those tokens once:
   with any cached row (a sibling's prompt, another task's system prompt) into a row of its own.
   Requests admitted together are prefilled in token order, so the first of a group computes the
   shared prompt and the others copy it; identical prompts also share the first token's logits.
+* **A prefix stored once.** When requests start together in an empty cache and all start with the
+  same tokens (the environment's system prompt and tool schemas), those tokens' keys and values
+  are computed and kept once, not once per row (:meth:`KVRows.store_prefix`), and every pass reads
+  them once for the whole batch. A later request that does not start with them hands the part it
+  does not share back to the rows (:meth:`KVRows.lower_base`).
 * **Continuous batching.** :meth:`KVEngine.advance` decodes every running request one token per
   forward pass and returns as soon as any of them finishes; new requests join at the next call,
   so the batch is never held back by its slowest member.
@@ -33,6 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import itertools
 import math
 import time
 from collections import deque
@@ -45,7 +51,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from agentgym.models.backend import Generation, SamplingParams, decode_visible, stop_token_set
 from agentgym.models.kv_cache import KVRows
-from agentgym.models.prefix_attention import SharedPrefix, shared_prefix, supports_shared_prefix
+from agentgym.models.prefix_attention import SharedPrefix, shared_prefix, supports_shared_prefix, supports_stored_prefix
 
 __all__ = ["DEFAULT_CAPACITY_GROWTH", "EngineStats", "KVEngine", "cache_keyword", "finish_reason", "sample_next"]
 
@@ -122,6 +128,7 @@ class EngineStats:
         decode_read_bytes: the bytes those passes had to read at the least: the weights once per
             pass and every running row's cached keys and values (the decode roofline's numerator).
         peak_cache_bytes: largest size the key/value buffers reached.
+        stored_prefix_tokens: the longest prefix stored once for all rows (0: none was).
     """
 
     prompt_tokens: int = 0
@@ -133,6 +140,7 @@ class EngineStats:
     decode_steps: int = 0
     decode_read_bytes: int = 0
     peak_cache_bytes: int = 0
+    stored_prefix_tokens: int = 0
 
 
 @dataclass(eq=False)
@@ -195,6 +203,8 @@ class KVEngine:
         pad_token_id: token fed to rows that sit out a decode pass.
         capacity_growth: when the buffers must grow, their capacity becomes at least this many
             times the current one (2.0 was the rule before; see :data:`DEFAULT_CAPACITY_GROWTH`).
+        store_prefix: store a prefix all requests share once (the default) instead of in every
+            row; only for models whose attention allows it (:func:`supports_stored_prefix`).
     """
 
     def __init__(
@@ -207,6 +217,7 @@ class KVEngine:
         prefill_chunk: int = 2048,
         pad_token_id: int = 0,
         capacity_growth: float = DEFAULT_CAPACITY_GROWTH,
+        store_prefix: bool = True,
     ) -> None:
         config = model.config
         text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
@@ -238,6 +249,9 @@ class KVEngine:
         self._tick = 0
         self._weights = self._weights_version()
         self._prefix_attention = supports_shared_prefix(model)
+        self.store_prefix = store_prefix and supports_stored_prefix(model)
+        self._stored: SharedPrefix | None = None  # the plan every pass reads the stored prefix with
+        self._prefix_tokens: tuple[int, ...] = ()
         self._batch_prefix: tuple[tuple[tuple[int, int], ...], SharedPrefix | None] = ((), None)  # ((row, id(owner)), ...), plan
 
     # -- public interface ------------------------------------------------------------------------
@@ -287,6 +301,7 @@ class KVEngine:
         if any(owner is not None for owner in self._owner):
             raise RuntimeError("cannot clear the cache while requests are running")
         self.rows.clear()
+        self._stored, self._prefix_tokens, self._batch_prefix = None, (), ((), None)
         self._tokens, self._owner, self._used, self._last_key, self._spent = [], [], [], [], []
 
     def reset_stats(self) -> None:
@@ -359,7 +374,49 @@ class KVEngine:
         return kept if len(kept) < self.rows.num_rows else None
 
     def _fits(self, rows: int, capacity: int) -> bool:
-        return rows * (max(capacity, self.rows.capacity) + 1) * self.rows.bytes_per_token <= self.max_cache_bytes
+        return self.rows.bytes_for(rows, max(capacity, self.rows.capacity)) <= self.max_cache_bytes
+
+    # -- the stored prefix -----------------------------------------------------------------------
+
+    def _settle_prefix(self) -> None:
+        """Before admitting: store the prefix the next requests share when the cache is empty, or
+        keep only the part of the stored one that every next request starts with."""
+        candidates = [q.prompt for q in itertools.islice(self._waiting, self.max_rows)]
+        if not self.store_prefix or not candidates:
+            return
+        # Every request keeps at least one token of its own (its first token's logits).
+        longest = min(len(prompt) for prompt in candidates) - 1
+        if self.rows.base:
+            shared = min(longest, *(_common_prefix(np.asarray(p[: self.rows.base]), np.asarray(self._prefix_tokens)) for p in candidates))
+            if shared < self.rows.base:
+                self._lower_prefix(shared if shared >= _MIN_SHARED_PREFIX else 0)
+        elif len(candidates) > 1 and not any(self._tokens):
+            first = np.asarray(candidates[0][:longest], dtype=np.int64)
+            shared = min(_common_prefix(first, np.asarray(p[:longest], dtype=np.int64)) for p in candidates[1:])
+            if shared >= _MIN_SHARED_PREFIX:
+                self._compute_prefix(candidates[0][:shared])
+
+    def _compute_prefix(self, tokens: Sequence[int]) -> None:
+        """Prefill ``tokens`` once, in a row of their own, and store their keys and values as the
+        prefix every row starts with."""
+        started = time.perf_counter()
+        scratch = KVRows(self.rows.num_layers, self.rows.kv_heads, self.rows.head_dim, dtype=self.rows.dtype, device=self.rows.device)
+        scratch.reserve(1, len(tokens) + 1)
+        for start in range(0, len(tokens), self.prefill_chunk):
+            self._forward(slice(0, 1), [tokens[start : start + self.prefill_chunk]], store=scratch)
+        self.rows.store_prefix([k[:, :, : len(tokens)] for k in scratch.keys], [v[:, :, : len(tokens)] for v in scratch.values])
+        self._prefix_tokens = tuple(tokens)
+        self._stored = SharedPrefix(length=len(tokens), keys=self.rows.prefix_keys, values=self.rows.prefix_values)
+        self.stats.prefilled_tokens += len(tokens)
+        self.stats.stored_prefix_tokens = max(self.stats.stored_prefix_tokens, len(tokens))
+        self.stats.prefill_s += time.perf_counter() - started
+
+    def _lower_prefix(self, base: int) -> None:
+        """Keep the first ``base`` tokens of the stored prefix; the rows take the rest."""
+        self.rows.lower_base(base)
+        self._prefix_tokens = self._prefix_tokens[:base]
+        self._batch_prefix = ((), None)
+        self._stored = SharedPrefix(length=base, keys=self.rows.prefix_keys, values=self.rows.prefix_values) if base else None
 
     def _continuation_row(self, request: _Request, taken: set[int]) -> int | None:
         """A cached row whose tokens start the request's prompt (its own previous turn), if any."""
@@ -375,6 +432,7 @@ class KVEngine:
         """Give waiting requests rows (first come, first served) and prefill them; return any already finished."""
         if not self._waiting:
             return []
+        self._settle_prefix()
         admitted: list[_Request] = []
         continuations: dict[int, int] = {}  # id(request) -> its own cached row, taken over in place
         busy = sum(owner is not None for owner in self._owner)
@@ -465,9 +523,12 @@ class KVEngine:
         known = source is not None and shared == len(prompt) == len(self._tokens[source])
         logits = shared_logits.get(source) if source is not None and known else None
         keep = shared if logits is not None else min(shared, len(prompt) - 1)
-        if source is not None and keep:
+        if source is not None and keep > self.rows.base:
             self.rows.copy_prefix(source, row, keep)
             self._tokens[row] = list(prompt[:keep])
+        elif self.rows.base:  # the stored prefix: every row starts with it
+            keep = self.rows.base
+            self._tokens[row] = list(self._prefix_tokens)
         shared_logits.pop(row, None)
         self._place(request, row, keep)
         if logits is None:
@@ -519,30 +580,34 @@ class KVEngine:
         self.stats.prefill_s += time.perf_counter() - started
         return logits
 
-    def _forward(self, rows: slice, tokens: Sequence[Sequence[int]], prefix: SharedPrefix | None = None) -> torch.Tensor:
-        """One forward pass over ``rows``, each appending its ``tokens`` (none: it sits out). Logits ``[rows, V]``
-        after each row's last token.
+    def _forward(self, rows: slice, tokens: Sequence[Sequence[int]], prefix: SharedPrefix | None = None, store: KVRows | None = None) -> torch.Tensor:
+        """One forward pass over ``rows`` of ``store`` (the engine's rows when None), each appending
+        its ``tokens`` (none: it sits out). Logits ``[rows, V]`` after each row's last token.
 
-        ``prefix``: the tokens every row shares (decode passes only), read once by the attention.
+        ``prefix``: the tokens every row shares (decode passes only), read once by the attention;
+        the stored prefix, when there is one, is read by every pass.
         """
+        store = self.rows if store is None else store
+        if store is self.rows and self._stored is not None:
+            prefix = self._stored
         counts = [len(t) for t in tokens]
         width = max(counts)
-        view = self.rows.view(rows, counts)
-        input_ids = torch.full((len(tokens), width), self.pad_token_id, dtype=torch.long, device=self.rows.device)
+        view = store.view(rows, counts)
+        input_ids = torch.full((len(tokens), width), self.pad_token_id, dtype=torch.long, device=store.device)
         for i, ids in enumerate(tokens):
             if ids:
                 input_ids[i, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)
         with shared_prefix(self.model, prefix), _skinny_linears(width == 1 and len(tokens) <= _SKINNY_ROWS):
             output = self.model(
                 input_ids=input_ids,
-                attention_mask=view.attention_mask(self.rows.dtype),
+                attention_mask=view.attention_mask(store.dtype),
                 position_ids=view.position_ids(),
                 use_cache=True,
                 logits_to_keep=1,
                 **{self._cache_keyword: view},
             )
         for i, r in enumerate(range(rows.start, rows.stop)):
-            self.rows.lengths[r] += counts[i]
+            store.lengths[r] += counts[i]
         return output.logits[:, -1, :]
 
     # -- decoding --------------------------------------------------------------------------------
@@ -574,7 +639,8 @@ class KVEngine:
                 finished.append(q)
                 self._release(q)
         self.stats.decode_steps += 1
-        self.stats.decode_read_bytes += self._weight_bytes + sum(self.rows.lengths[q.row] for q in live) * self.rows.bytes_per_token
+        cached = self.rows.base + sum(self.rows.lengths[q.row] - self.rows.base for q in live)
+        self.stats.decode_read_bytes += self._weight_bytes + cached * self.rows.bytes_per_token
         self.stats.decode_s += time.perf_counter() - started
         return finished
 
@@ -585,7 +651,7 @@ class KVEngine:
         stays shared while they run.
         """
         running = tuple(r for r in range(lo, hi) if self._owner[r] is not None)
-        if not self._prefix_attention or len(running) < 2:
+        if not self._prefix_attention or len(running) < 2 or self._stored is not None:
             return None
         signature = tuple((r, id(self._owner[r])) for r in running)
         if self._batch_prefix[0] != signature:

@@ -13,6 +13,12 @@ whole batch and combined exactly with each sequence's own suffix:
 with ``m`` the row maximum over both parts. The result equals ordinary attention up to float
 rounding.
 
+The prefix is either read from one row of the batch's own buffers (decode passes, where every row
+holds a copy), or stored apart, once, with the rows' buffers holding only what follows it
+(:meth:`agentgym.models.kv_cache.KVRows.store_prefix`). A stored prefix is read by every pass,
+prefill chunks included: each query sees all of it (its own position comes after it), so only the
+rows' part needs a mask.
+
 :func:`shared_prefix` switches it on for one forward pass of a transformers model whose attention
 is ``sdpa``: the model's attention dispatch is pointed at :func:`prefix_attention` for that call
 and back afterwards. Anything it does not handle (prefill, sliding windows, soft-capping) goes to
@@ -23,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +38,7 @@ import torch
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
-__all__ = ["ATTENTION_NAME", "SharedPrefix", "prefix_attention", "shared_prefix", "supports_shared_prefix"]
+__all__ = ["ATTENTION_NAME", "SharedPrefix", "prefix_attention", "shared_prefix", "supports_shared_prefix", "supports_stored_prefix"]
 
 ATTENTION_NAME = "agentgym_shared_prefix"
 
@@ -43,11 +49,22 @@ class SharedPrefix:
 
     Attributes:
         length: shared tokens at the start of every row.
-        row: a batch row whose cached keys and values for them are read (any row holds the same).
+        row: a batch row whose cached keys and values for them are read (any row holds the same);
+            None when the prefix is stored apart (``keys``, ``values``) and the keys and values the
+            attention gets hold only the positions after it.
+        keys: when stored apart, per layer the prefix's keys ``[1, kv_heads, length, head_dim]``.
+        values: the same for its values.
     """
 
     length: int
-    row: int
+    row: int | None = None
+    keys: Sequence[torch.Tensor] = ()
+    values: Sequence[torch.Tensor] = ()
+
+    @property
+    def stored(self) -> bool:
+        """The prefix is stored apart: every pass must read it from here."""
+        return self.row is None
 
 
 _ACTIVE: contextvars.ContextVar[SharedPrefix | None] = contextvars.ContextVar("agentgym_shared_prefix", default=None)
@@ -69,46 +86,57 @@ def prefix_attention(
     scaling: float | None = None,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """transformers attention function: shared-prefix decode attention, else ``sdpa``.
+    """transformers attention function: shared-prefix attention, else ``sdpa``.
 
-    ``query`` is ``[B, H, 1, D]``, ``key``/``value`` ``[B, H_kv, L, D]`` and ``attention_mask`` an
-    additive ``[B, 1, 1, L]`` mask that allows every prefix position of every row.
+    ``query`` is ``[B, H, Q, D]``, ``key``/``value`` ``[B, H_kv, L, D]`` and ``attention_mask`` an
+    additive ``[B, 1, Q, L]`` mask (over the positions after a stored prefix, when there is one).
+    A prefix read from the batch's rows is used for decode passes (``Q == 1``) only.
     """
     plan = _ACTIVE.get()
-    usable = (
-        plan is not None
-        and query.shape[2] == 1
-        and attention_mask is not None
+    supported = (
+        attention_mask is not None
         and attention_mask.dim() == 4
         and kwargs.get("softcap") is None
         and getattr(module, "sliding_window", None) is None
         and kwargs.get("sliding_window") is None
-        and 0 < plan.length < key.shape[2]
     )
+    if plan is not None and plan.stored and not supported:
+        raise RuntimeError("a stored prefix needs plain attention with a 4D mask (no sliding window, no soft-capping)")
+    usable = plan is not None and supported and (plan.stored or (query.shape[2] == 1 and 0 < plan.length < key.shape[2]))
     if not usable:
         return _sdpa()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     assert plan is not None and attention_mask is not None
-    batch, heads, _, dim = query.shape
+    batch, heads, width, dim = query.shape
     kv_heads = key.shape[1]
     group = heads // kv_heads
     scale = scaling if scaling is not None else dim**-0.5
-    p = plan.length
-    # Query head h reads key/value head h // group (transformers' repeat_kv order), so the
-    # batch's queries of one key/value head form one [batch * group] block against the prefix.
-    q = query.reshape(batch, kv_heads, group, dim)
-    q_prefix = q.permute(1, 0, 2, 3).reshape(1, kv_heads, batch * group, dim)
-    row = slice(plan.row, plan.row + 1)
     fused = query.device.type == "cpu"
-    prefix_out, prefix_lse = _attend(q_prefix, key[row, :, :p], value[row, :, :p], None, scale, fused=fused)
-    prefix_out = prefix_out.reshape(kv_heads, batch, group, dim).permute(1, 0, 2, 3)
-    prefix_lse = prefix_lse.reshape(kv_heads, batch, group).permute(1, 0, 2)
-    # Each row's own suffix, with its mask (rows end at different lengths).
-    suffix_out, suffix_lse = _attend(q, key[:, :, p:], value[:, :, p:], attention_mask[:, :, :, p:], scale, fused=fused)
+    if plan.row is None:  # stored apart
+        layer = int(module.layer_idx)  # type: ignore[arg-type]
+        prefix_key, prefix_value = plan.keys[layer], plan.values[layer]
+        own_key, own_value, own_mask = key, value, attention_mask
+    else:
+        p, row = plan.length, slice(plan.row, plan.row + 1)
+        prefix_key, prefix_value = key[row, :, :p], value[row, :, :p]
+        own_key, own_value, own_mask = key[:, :, p:], value[:, :, p:], attention_mask[:, :, :, p:]
+    # Query head h reads key/value head h // group (transformers' repeat_kv order), so the
+    # batch's queries of one key/value head form one [batch * group * Q] block against the prefix.
+    q = query.reshape(batch, kv_heads, group, width, dim)
+    q_prefix = q.permute(1, 0, 2, 3, 4).reshape(1, kv_heads, batch * group * width, dim)
+    prefix_out, prefix_lse = _attend(q_prefix, prefix_key, prefix_value, None, scale, fused=fused)
+    prefix_out = prefix_out.reshape(kv_heads, batch, group, width, dim).permute(1, 0, 2, 3, 4)
+    prefix_lse = prefix_lse.reshape(kv_heads, batch, group, width).permute(1, 0, 2, 3)
+    # Each row's own part, with its mask (rows end at different lengths); the mask repeats for
+    # every query head of a key/value head.
+    mask = own_mask.repeat(1, 1, group, 1) if group > 1 and width > 1 else own_mask
+    own_out, own_lse = _attend(q.reshape(batch, kv_heads, group * width, dim), own_key, own_value, mask, scale, fused=fused)
+    own_out = own_out.reshape(batch, kv_heads, group, width, dim)
+    own_lse = own_lse.reshape(batch, kv_heads, group, width)
     # Merge the two softmax parts by their log-sum-exps.
-    total = torch.logaddexp(prefix_lse, suffix_lse)
-    out = prefix_out * (prefix_lse - total).exp()[..., None] + suffix_out * (suffix_lse - total).exp()[..., None]
+    total = torch.logaddexp(prefix_lse, own_lse)
+    out = prefix_out * (prefix_lse - total).exp()[..., None] + own_out * (own_lse - total).exp()[..., None]
     # transformers' layout: [batch, query length, heads, dim].
-    return out.to(query.dtype).reshape(batch, 1, heads, dim), None
+    return out.to(query.dtype).reshape(batch, heads, width, dim).transpose(1, 2), None
 
 
 def _attend(
@@ -150,6 +178,22 @@ def supports_shared_prefix(model: torch.nn.Module) -> bool:
         AttentionInterface.register(ATTENTION_NAME, prefix_attention)
         _REGISTERED = True
     return True
+
+
+def supports_stored_prefix(model: torch.nn.Module) -> bool:
+    """Whether a prefix stored apart can be read by every attention layer of ``model``: plain
+    ``sdpa`` attention (:func:`supports_shared_prefix`) in layers that know their index, with no
+    sliding window or soft-capping, which a stored prefix cannot fall back from."""
+    if not supports_shared_prefix(model):
+        return False
+    config: Any = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    if getattr(text, "attn_logit_softcapping", None) is not None or set(getattr(text, "layer_types", None) or ["full_attention"]) != {"full_attention"}:
+        return False
+    if getattr(text, "sliding_window", None) is not None and getattr(text, "use_sliding_window", True):
+        return False
+    attention = [m for name, m in model.named_modules() if name.endswith("self_attn")]
+    return bool(attention) and all(isinstance(getattr(m, "layer_idx", None), int) for m in attention)
 
 
 @contextlib.contextmanager

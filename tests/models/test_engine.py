@@ -4,6 +4,7 @@ continuous batching, eviction, invalidation, and the pieces it is built from."""
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -294,6 +295,47 @@ def test_a_request_moved_into_a_forgotten_row_is_not_forgotten(smollm, tokenizer
     assert sum(engine._spent) == len(forgotten) - 1  # one forgotten row was taken over by the moved request
 
 
+def test_a_shared_system_prompt_is_stored_once_with_the_same_tokens(smollm, tokenizer, plain) -> None:
+    from agentgym.models import HFBackend
+
+    system = "You are a careful assistant for a hardware store. " * 12  # well over 64 shared tokens
+
+    def chat(system: str, text: str) -> list[int]:
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": text}]
+        rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+    first = [chat(system, q) for q in ("Name a tool.", "Do you sell nails?", "When do you open?")]
+    # Later: one more request with that prompt, and one with another system prompt.
+    later = [chat(system, "Do you sell glue?"), chat("Answer in one word.", "Name a colour.")]
+    params = [SamplingParams(temperature=1.0, max_new_tokens=12, seed=70 + i) for i in range(len(first) + len(later))]
+    expected = plain.generate(first + later, params)
+    peaks: dict[str, int] = {}
+    for mode in ("stored", "in every row"):
+        backend = HFBackend(*smollm)
+        backend.engine.store_prefix = mode == "stored"
+        got: dict[int, object] = {}
+        for i, prompt in enumerate(first):
+            backend.submit(i, prompt, params[i])
+        got.update(backend.advance())
+        if mode == "stored":
+            assert backend.engine.rows.base > 64 and backend.engine.rows.base == len(os.path.commonprefix(first)) == len(
+                backend.engine.rows.prefix_keys[0][0, 0]
+            )
+        peaks[mode] = backend.engine.stats.peak_cache_bytes
+        while backend.in_flight:
+            got.update(backend.advance())
+        for i, prompt in enumerate(later, start=len(first)):
+            backend.submit(i, prompt, params[i])
+        while backend.in_flight:
+            got.update(backend.advance())
+        if mode == "stored":
+            assert backend.engine.rows.base == 0  # the other system prompt shares less than 64 tokens: the rows took it back
+        assert [got[i].token_ids for i in range(len(params))] == [g.token_ids for g in expected]
+    # While the first three decoded together, the buffers held the system prompt once, not three times.
+    assert peaks["stored"] < peaks["in every row"]
+
+
 def test_kv_rows_regrow_keeps_the_chosen_rows_in_order() -> None:
     rows = KVRows(2, 1, 4, dtype=torch.float32, device=torch.device("cpu"))
     rows.reserve(3, 8)
@@ -320,10 +362,68 @@ def test_kv_rows_grow_and_copy_prefixes() -> None:
     assert rows.lengths[2] == 3 and torch.all(rows.keys[0][2, :, :3] == 1.5)
     view = rows.view(slice(0, 3), [2, 0, 1])
     # Row 0 appends at 5..6, row 1 sits out (scratch), row 2 appends its one token at 3 (left padding).
-    assert view.positions.tolist() == [[5, 6], [20, 20], [20, 3]]
+    assert view.columns.tolist() == [[5, 6], [20, 20], [20, 3]]
+    assert view.position_ids().tolist() == [[5, 6], [0, 0], [0, 3]]
     mask = view.attention_mask(torch.float32)
     assert mask.shape == (3, 1, 2, 7)
     assert (mask[2, 0, 1] == 0).tolist() == [True] * 4 + [False] * 3
+
+
+def test_kv_rows_store_a_prefix_once_and_hand_it_back() -> None:
+    rows = KVRows(2, 1, 4, dtype=torch.float32, device=torch.device("cpu"))
+    rows.reserve(2, 8)
+    plain_bytes = rows.bytes_for(3, 20, base=0)
+    prefix = [torch.arange(6.0).repeat(4, 1).T[None, None] + 10 * layer for layer in range(2)]  # [1, 1, 6, 4]
+    rows.store_prefix(prefix, [-p for p in prefix])
+    assert rows.base == 6 and rows.keys[0].shape == (2, 1, 8 - 6 + 1, 4)
+    rows.reserve(3, 20)
+    assert rows.nbytes == rows.bytes_for(3, 20) < plain_bytes  # 3 x 15 columns + the prefix's 6, not 3 x 21
+    with pytest.raises(ValueError, match="stored prefix"):
+        rows.copy_prefix(0, 1, 4)  # a row cannot hold less than the prefix
+    rows.copy_prefix(0, 1, 6)  # nothing to copy: the row starts with the stored prefix
+    rows.keys[1][1, :, :3] = 7.0  # positions 6..8 of row 1
+    rows.lengths[1] = 9
+    view = rows.view(slice(0, 2), [0, 2])
+    assert view.columns.tolist() == [[14, 14], [3, 4]] and view.position_ids().tolist() == [[0, 0], [9, 10]]
+    assert view.attention_mask(torch.float32).shape == (2, 1, 2, 5)
+    with pytest.raises(ValueError, match="no row holds tokens"):
+        rows.store_prefix(prefix, prefix)
+    # A lower base moves positions 2..5 of the prefix into the front of every row.
+    rows.lower_base(2)
+    assert rows.base == 2 and rows.prefix_keys[1].shape == (1, 1, 2, 4) and rows.lengths[1] == 9
+    assert torch.equal(rows.keys[1][1, :, :4], prefix[1][0, :, 2:6]) and torch.all(rows.keys[1][1, :, 4:7] == 7.0)
+    assert torch.equal(rows.values[0][0, :, :4], -prefix[0][0, :, 2:6])
+    rows.lower_base(0)
+    assert rows.base == 0 and rows.prefix_keys == [] and torch.equal(rows.keys[1][1, :, :6], prefix[1][0]) and torch.all(rows.keys[1][1, :, 6:9] == 7.0)
+
+
+@pytest.mark.parametrize("width", [1, 5])
+def test_a_stored_prefix_is_attended_as_if_every_row_held_it(width) -> None:
+    torch.manual_seed(1)
+    batch, kv_heads, group, dim, prefix, own = 3, 2, 3, 16, 20, 12
+    prefix_key, prefix_value = torch.randn(1, kv_heads, prefix, dim), torch.randn(1, kv_heads, prefix, dim)
+    key, value = torch.randn(batch, kv_heads, own, dim), torch.randn(batch, kv_heads, own, dim)
+    query = torch.randn(batch, kv_heads * group, width, dim)
+    # Row 1 is shorter; the queries are the rows' last positions, each seeing its row up to itself.
+    ends = torch.tensor([own, own - 4, own])
+    column = torch.arange(own)
+    last = ends[:, None] - width + torch.arange(width)[None, :]
+    mask = torch.zeros(batch, 1, width, own).masked_fill(column[None, None, None, :] > last[:, None, :, None], torch.finfo(torch.float32).min)
+    full_key, full_value = torch.cat([prefix_key.expand(batch, -1, -1, -1), key], 2), torch.cat([prefix_value.expand(batch, -1, -1, -1), value], 2)
+    full_mask = torch.cat([torch.zeros(batch, 1, width, prefix), mask], 3)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, full_key.repeat_interleave(group, 1), full_value.repeat_interleave(group, 1), attn_mask=full_mask, scale=0.2
+    ).transpose(1, 2)
+    module = torch.nn.Module()
+    module.layer_idx = 1
+    plan = SharedPrefix(length=prefix, keys=[torch.empty(0), prefix_key], values=[torch.empty(0), prefix_value])
+    token = _ACTIVE.set(plan)
+    try:
+        out, _ = prefix_attention(module, query, key, value, mask, scaling=0.2)
+    finally:
+        _ACTIVE.reset(token)
+    assert out.shape == (batch, width, kv_heads * group, dim)
+    assert torch.allclose(out, expected, atol=1e-5)
 
 
 @pytest.mark.parametrize("fused", [True, False])
