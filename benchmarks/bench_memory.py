@@ -12,8 +12,8 @@ the experiment's configuration:
 
 Each runs on the path before (``old``: every row of a micro-batch forward, then one backward pass
 over the micro-batch, log-probabilities of a pass in one ``[tokens, vocab]`` tensor, key/value
-buffers that double when they grow) and on today's (``new``), one process each, alternating. For
-each it prints the peak resident memory, the seconds, where the memory goes (weights, gradients,
+buffers that double when they grow, the shared prompt in every row) and on today's (``new``), one
+process each, alternating. For each it prints the peak resident memory, the seconds, where the memory goes (weights, gradients,
 optimiser state, the key/value buffers' peak, the largest logits tensor, and the rest:
 activations, the allocator, Python), the peak of each stage of the phase, and the run folder's
 size; then the new/old ratios and how many trajectories both paths sampled identically.
@@ -148,8 +148,8 @@ def _folder_bytes(path: Path) -> int:
 
 def _use_path(path: str) -> None:
     """Switch this process to the path before (``old``: whole-micro-batch backward over a prefix
-    pass that keeps its activations, one logits tensor a pass, doubling key/value buffers, AdamW
-    moments in memory), to the previous round's (``previous``: each row's pass keeps its graph
+    pass that keeps its activations, one logits tensor a pass, doubling key/value buffers with the
+    shared prompt in every row, AdamW moments in memory), to the previous round's (``previous``: each row's pass keeps its graph
     instead of running its layers again in backward) or leave today's defaults (``new``)."""
     if path == "new":
         return
@@ -161,11 +161,12 @@ def _use_path(path: str) -> None:
         return
 
     class DoublingBackend(hf.HFBackend):
-        """Key/value buffers that double when they grow, as before."""
+        """Key/value buffers that double when they grow and hold the shared prompt in every row, as before."""
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
             self.engine.capacity_growth = 2.0
+            self.engine.store_prefix = False
 
     hf.HFBackend = DoublingBackend  # type: ignore[misc]
     modeling.BACKWARD_BY_ROW = False
