@@ -331,13 +331,15 @@ def test_sandboxes_prepared_ahead_follow_the_pace_of_gradings(local_backend, mon
     from agentgym.sandbox.sandbox import Sandbox
 
     prepare = Sandbox.prepare
-    # Preparing takes longer than a grading here, even on a loaded machine.
-    monkeypatch.setattr(Sandbox, "prepare", lambda self: (time.sleep(0.2), prepare(self)))
-    monkeypatch.setattr(grading, "_SPARE_IDLE_S", 0.1)
+    # Preparing takes longer than a grading here, even on a loaded machine (a grading took over
+    # 0.1 s beside two training processes on 2 cores, where a 0.2 s preparation and a 0.1 s
+    # threshold failed this test).
+    monkeypatch.setattr(Sandbox, "prepare", lambda self: (time.sleep(0.6), prepare(self)))
+    monkeypatch.setattr(grading, "_SPARE_IDLE_S", 0.4)
     with Grader(local_backend, LIMITS) as grader:
         assert [grader.grade(HONEST["add"], TASKS["add"]).score for _ in range(4)] == [1.0] * 4
         assert grader._chores._wanted == grading._SPARES
-        time.sleep(1.0)  # the three prepared meanwhile are all ready, the oldest for long enough
+        time.sleep(2.5)  # the three prepared meanwhile are all ready, the oldest for long enough
         assert grader.grade(HONEST["add"], TASKS["add"]).score == 1.0
         assert grader._chores._wanted == 1
 
