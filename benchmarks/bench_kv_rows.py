@@ -1,5 +1,5 @@
-"""The key/value buffers of GRPO steps' rollouts: every row kept, the rows of finished episodes
-left behind when the buffers grow, and the shared prompt stored once.
+"""GRPO steps' rollouts, path by path: every key/value row kept, the rows of finished episodes
+left behind when the buffers grow, the shared prompt stored once, and the weights cast once.
 
 The local engine keeps one row of keys and values per cached sequence, in one rectangle as long as
 the longest; when a turn outgrows it, the rectangle is reallocated. Before, every row was carried
@@ -12,13 +12,20 @@ Every episode of a step also starts with the same system prompt and tool schemas
 tokens); each row used to hold its own copy of them, and now the engine stores them once
 (``KVEngine.store_prefix``) and every row holds only what follows.
 
+Under the trainer's autocast (bf16 products on CPUs that have them) every linear layer cast its
+float32 weight to bfloat16 in every forward pass; now the engine casts each weight once per
+weights version (``KVEngine.cast_weights``), with the same products.
+
 This plays GRPO steps' rollouts as an experiment's GRPO phase does (its rollout settings, an arm's
 changes, the training tasks; each step ``num_tasks`` tasks drawn from them and a group per task,
-seeds from ``--seed``) from a given model, in three modes, each in its own process: ``keep-all``
-(the runner never forgets, the prompt in every row), ``forget`` (finished rows left behind, the
-prompt in every row) and ``prefix-once`` (today's: both). For each it prints every step's largest
-key/value buffers (MiB), the process's peak resident memory, and the seconds; then the ratios
-of each mode to the one before it and how many trajectories came out token-identical.
+seeds from ``--seed``) from a given model, under the experiment's autocast as its trainer would
+(``--autocast`` replaces it), in four modes, each in its own process: ``keep-all`` (the runner
+never forgets, the prompt in every row, weights cast in every pass), ``forget`` (finished rows
+left behind), ``prefix-once`` (and the prompt stored once) and ``cast-once`` (today's: and the
+weights cast once; the same as ``prefix-once`` without autocast). For each it prints every step's
+largest key/value buffers (MiB), the process's peak resident memory, and the seconds; then the
+ratios of each mode to the one before it and how many trajectories came out token-identical.
+``--modes`` runs some of them.
 
     python benchmarks/bench_kv_rows.py --model runs/tool-exploration-cpu/sft/seed-28/model \\
         --experiment trainers/configs/experiments/tool_exploration_cpu.yaml --arm tool_exploration_guarded
@@ -39,7 +46,7 @@ from typing import Any
 
 from child_process import measure_in_child
 
-MODES = ("keep-all", "forget", "prefix-once")
+MODES = ("keep-all", "forget", "prefix-once", "cast-once")
 MIB = 2**20
 EXPERIMENT = Path(__file__).resolve().parents[1] / "trainers" / "configs" / "experiments" / "learning_cpu.yaml"
 
@@ -53,6 +60,7 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
     from agentgym.rollouts.runner import RolloutRunner
     from agentgym.trainers.experiment.config import GRPO, load_experiment, train_config_for
     from agentgym.trainers.experiment.run import _pick
+    from agentgym.trainers.modeling import autocast
     from agentgym.trainers.trainer import rollout_config
 
     torch.set_num_threads(args.threads)
@@ -65,7 +73,8 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
     backend = HFBackend(model, tokenizer)
     if mode == "keep-all":
         backend.forget = None  # type: ignore[method-assign,assignment]  # the runner then never forgets
-    backend.engine.store_prefix = mode == "prefix-once"
+    backend.engine.store_prefix = MODES.index(mode) >= MODES.index("prefix-once")
+    backend.engine.cast_weights = mode == "cast-once"
     runner = RolloutRunner(backend)
     draw = random.Random(args.seed)
     steps, trajectories = [], []
@@ -73,7 +82,8 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
     for step in range(args.steps):
         backend.engine.reset_stats()
         chosen = draw.sample(tasks, train.rollout.num_tasks)
-        episodes = runner.run(rollout_config(train, chosen, seed=args.seed * 1000 + step))
+        with autocast(torch.device("cpu"), args.autocast or train.autocast):
+            episodes = runner.run(rollout_config(train, chosen, seed=args.seed * 1000 + step))
         stats = backend.engine.stats
         steps.append(
             {
@@ -102,18 +112,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the experiment's phases use 1)")
+    parser.add_argument("--autocast", choices=["auto", "bf16", "off"], help="replace the experiment's training.autocast")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="the modes to run, in this order")
     args = parser.parse_args()
 
-    results = {mode: measure_in_child(_run_mode, args, mode, what=f"{mode} run") for mode in MODES}
-    print(f"{Path(args.experiment).name}, arm {args.arm}, {args.steps} steps' rollouts from {args.model}")
+    results = {mode: measure_in_child(_run_mode, args, mode, what=f"{mode} run") for mode in args.modes}
+    print(f"{Path(args.experiment).name}, arm {args.arm}, {args.steps} steps' rollouts from {args.model}, autocast {args.autocast or 'as the file sets'}")
     print(f"{'mode':<11} {'KV MiB per step':<28} {'peak RSS MiB':>13} {'s':>7}")
-    for mode in MODES:
+    for mode in args.modes:
         row = results[mode]
         sizes = " ".join(f"{step['peak_cache_mib']:.0f}" for step in row["steps"])
         print(f"{mode:<11} {sizes:<28} {row['peak_rss_mib']:>13.0f} {row['seconds']:>7.1f}")
-    steps = results["prefix-once"]["steps"]
+    steps = results[args.modes[-1]]["steps"]
     print("per step, tokens an episode (mean) and stored once:", ", ".join(f"{step['tokens']:.0f} / {step['prefix']}" for step in steps))
-    for before, after in itertools.pairwise(MODES):
+    for before, after in itertools.pairwise(args.modes):
         old, new = results[before], results[after]
         largest = [max(step["peak_cache_mib"] for step in r["steps"]) for r in (old, new)]
         identical = sum(a == b for a, b in zip(old["trajectories"], new["trajectories"], strict=True))

@@ -336,6 +336,36 @@ def test_a_shared_system_prompt_is_stored_once_with_the_same_tokens(smollm, toke
     assert peaks["stored"] < peaks["in every row"]
 
 
+def test_weights_cast_once_under_autocast_give_the_same_tokens(smollm, tokenizer) -> None:
+    from agentgym.models import HFBackend
+    from agentgym.models.engine import _WeightCasts
+
+    prompts = [_chat(tokenizer, q) for q in ("Name a fruit.", "Count to five.")]
+    params = [SamplingParams(temperature=1.0, max_new_tokens=8, seed=90 + i) for i in range(2)]
+    calls = [0]
+    cast = _WeightCasts.__call__
+
+    def counting(self, weight, dtype):
+        calls[0] += 1
+        return cast(self, weight, dtype)
+
+    outputs, copies = {}, {}
+    for cast_weights in (False, True):
+        backend = HFBackend(*smollm)
+        backend.engine.cast_weights = cast_weights
+        with torch.autocast("cpu", dtype=torch.bfloat16), pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_WeightCasts, "__call__", counting)
+            outputs[cast_weights] = [g.token_ids for g in backend.generate(prompts, params)]
+        copies[cast_weights] = {w.dtype for _, _, w in backend.engine._casts._copies.values()}, len(backend.engine._casts._copies)
+    assert outputs[True] == outputs[False]
+    # One bf16 copy per linear layer's weight, made once and read by every pass after.
+    linears = sum(isinstance(m, torch.nn.Linear) for m in smollm[0].modules())
+    assert copies[False] == (set(), 0) and copies[True] == ({torch.bfloat16}, linears)
+    assert calls[0] > 3 * linears
+    backend.clear_cache()
+    assert not backend.engine._casts._copies
+
+
 def test_kv_rows_regrow_keeps_the_chosen_rows_in_order() -> None:
     rows = KVRows(2, 1, 4, dtype=torch.float32, device=torch.device("cpu"))
     rows.reserve(3, 8)
