@@ -85,7 +85,8 @@ class ModelFootprint:
         """Estimated peak bytes of a training process whose rollouts decode ``rows`` episodes of ``tokens``."""
         weights = self.weight_bytes
         moments = 0 if optimizer_state_folder() is not None else 2 * weights
-        rollouts = weights + rows * tokens * self.kv_bytes_per_token
+        # The rollouts may also hold a bfloat16 copy of the weights (autocast's products, cast once).
+        rollouts = weights + weights // 2 + rows * tokens * self.kv_bytes_per_token
         update = 2 * weights + moments + tokens * self.activation_bytes_per_token
         return max(rollouts, update) + TRAINING_OVERHEAD
 

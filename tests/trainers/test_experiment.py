@@ -663,14 +663,14 @@ def test_the_memory_estimates_start_from_the_model_folder(tiny_model_dir, monkey
     activation = 4 * config["num_hidden_layers"] * (8 * config["hidden_size"] + 4 * config["intermediate_size"])
     assert footprint.activation_bytes_per_token == activation
     weights = footprint.weight_bytes
-    # The larger of the rollouts (weights, key/value buffers) and the update (weights, gradients,
+    # The larger of the rollouts (weights, their bf16 copy, key/value buffers) and the update (weights, gradients,
     # the moments when they stay in memory, one pass's activations).
     monkeypatch.setattr(memory, "OFFLOAD_OPTIMIZER_STATE", False)
-    assert footprint.training_peak(16, 100) == max(weights + 1600 * per_token, 4 * weights + 100 * activation) + TRAINING_OVERHEAD
+    assert footprint.training_peak(16, 100) == max(weights + weights // 2 + 1600 * per_token, 4 * weights + 100 * activation) + TRAINING_OVERHEAD
     monkeypatch.setattr(memory, "OFFLOAD_OPTIMIZER_STATE", True)
     moments = 0 if memory.disk_folder() is not None else 2 * weights
-    assert footprint.training_peak(16, 100) == max(weights + 1600 * per_token, 2 * weights + moments + 100 * activation) + TRAINING_OVERHEAD
-    assert footprint.training_peak(1000, 100) == weights + 100_000 * per_token + TRAINING_OVERHEAD
+    assert footprint.training_peak(16, 100) == max(weights + weights // 2 + 1600 * per_token, 2 * weights + moments + 100 * activation) + TRAINING_OVERHEAD
+    assert footprint.training_peak(1000, 100) == weights + weights // 2 + 100_000 * per_token + TRAINING_OVERHEAD
     assert footprint.evaluation_peak(64, 100) == footprint.weight_bytes + 6400 * per_token + EVALUATION_OVERHEAD
 
 
