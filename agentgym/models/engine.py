@@ -290,7 +290,6 @@ class KVEngine:
         self._weights = self._weights_version()
         self._prefix_attention = supports_shared_prefix(model)
         self.store_prefix = store_prefix and supports_stored_prefix(model)
-        self._stored: SharedPrefix | None = None  # the plan every pass reads the stored prefix with
         self._prefix_tokens: tuple[int, ...] = ()
         self.cast_weights = cast_weights
         self._casts = _WeightCasts()
@@ -344,7 +343,7 @@ class KVEngine:
             raise RuntimeError("cannot clear the cache while requests are running")
         self.rows.clear()
         self._casts.clear()
-        self._stored, self._prefix_tokens, self._batch_prefix = None, (), ((), None)
+        self._prefix_tokens, self._batch_prefix = (), ((), None)
         self._tokens, self._owner, self._used, self._last_key, self._spent = [], [], [], [], []
 
     def reset_stats(self) -> None:
@@ -430,7 +429,8 @@ class KVEngine:
         # Every request keeps at least one token of its own (its first token's logits).
         longest = min(len(prompt) for prompt in candidates) - 1
         if self.rows.base:
-            shared = min(longest, *(_common_prefix(np.asarray(p[: self.rows.base]), np.asarray(self._prefix_tokens)) for p in candidates))
+            stored = np.asarray(self._prefix_tokens, dtype=np.int64)
+            shared = min(longest, *(_common_prefix(np.asarray(p[: self.rows.base], dtype=np.int64), stored) for p in candidates))
             if shared < self.rows.base:
                 self._lower_prefix(shared if shared >= _MIN_SHARED_PREFIX else 0)
         elif len(candidates) > 1 and not any(self._tokens):
@@ -449,7 +449,6 @@ class KVEngine:
             self._forward(slice(0, 1), [tokens[start : start + self.prefill_chunk]], store=scratch)
         self.rows.store_prefix([k[:, :, : len(tokens)] for k in scratch.keys], [v[:, :, : len(tokens)] for v in scratch.values])
         self._prefix_tokens = tuple(tokens)
-        self._stored = SharedPrefix(length=len(tokens), keys=self.rows.prefix_keys, values=self.rows.prefix_values)
         self.stats.prefilled_tokens += len(tokens)
         self.stats.stored_prefix_tokens = max(self.stats.stored_prefix_tokens, len(tokens))
         self.stats.prefill_s += time.perf_counter() - started
@@ -459,7 +458,10 @@ class KVEngine:
         self.rows.lower_base(base)
         self._prefix_tokens = self._prefix_tokens[:base]
         self._batch_prefix = ((), None)
-        self._stored = SharedPrefix(length=base, keys=self.rows.prefix_keys, values=self.rows.prefix_values) if base else None
+
+    def _stored_prefix(self) -> SharedPrefix | None:
+        """The plan every pass over the rows reads the stored prefix with (None: none is stored)."""
+        return SharedPrefix(length=self.rows.base, keys=self.rows.prefix_keys, values=self.rows.prefix_values) if self.rows.base else None
 
     def _continuation_row(self, request: _Request, taken: set[int]) -> int | None:
         """A cached row whose tokens start the request's prompt (its own previous turn), if any."""
@@ -631,8 +633,8 @@ class KVEngine:
         the stored prefix, when there is one, is read by every pass.
         """
         store = self.rows if store is None else store
-        if store is self.rows and self._stored is not None:
-            prefix = self._stored
+        if store is self.rows and self.rows.base:
+            prefix = self._stored_prefix()
         counts = [len(t) for t in tokens]
         width = max(counts)
         view = store.view(rows, counts)
@@ -695,7 +697,7 @@ class KVEngine:
         stays shared while they run.
         """
         running = tuple(r for r in range(lo, hi) if self._owner[r] is not None)
-        if not self._prefix_attention or len(running) < 2 or self._stored is not None:
+        if not self._prefix_attention or len(running) < 2 or self.rows.base:
             return None
         signature = tuple((r, id(self._owner[r])) for r in running)
         if self._batch_prefix[0] != signature:

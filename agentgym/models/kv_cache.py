@@ -104,17 +104,18 @@ class KVRows:
                 new = torch.zeros(shape, dtype=self.dtype, device=self.device)
                 if shift > 0 and kept:
                     new[: len(kept), :, :shift] = prefixes[layer][:, :, base:old_base]
-                if in_place and kept and keep_len and shift >= 0:
-                    new[: len(kept), :, shift : shift + keep_len] = old[: len(kept), :, :keep_len]
-                elif keep_len and shift >= 0:
-                    for target, source in enumerate(kept):  # row by row: no gathered copy of the old rows
-                        new[target, :, shift : shift + keep_len] = old[source, :, :keep_len]
+                if shift >= 0 and keep_len:  # (a growing prefix: the rows hold nothing to carry over)
+                    if in_place:
+                        new[: len(kept), :, shift : shift + keep_len] = old[: len(kept), :, :keep_len]
+                    else:
+                        for target, source in enumerate(kept):  # row by row: no gathered copy of the old rows
+                            new[target, :, shift : shift + keep_len] = old[source, :, :keep_len]
                 buffers[layer] = new
                 del old
-        if base != old_base:
+        if base < old_base:  # the rows took the rest
             self.prefix_keys = [k[:, :, :base].clone() for k in self.prefix_keys] if base else []
             self.prefix_values = [v[:, :, :base].clone() for v in self.prefix_values] if base else []
-            self.base = base
+        self.base = base
         self.lengths = ([self.lengths[r] for r in kept] + [0] * rows)[:rows]
         self.capacity = capacity
 
@@ -137,7 +138,7 @@ class KVRows:
         base = keys[0].shape[2]
         self.prefix_keys = [k.to(self.dtype).contiguous() for k in keys]
         self.prefix_values = [v.to(self.dtype).contiguous() for v in values]
-        self.base = 0  # the rows hold nothing: no column to move
+        self.base = 0  # the rows hold nothing: no column moves, and the new prefix is not trimmed
         self._allocate(self.num_rows, max(self.capacity, base), base=base)
 
     def lower_base(self, base: int) -> None:

@@ -61,11 +61,6 @@ class SharedPrefix:
     keys: Sequence[torch.Tensor] = ()
     values: Sequence[torch.Tensor] = ()
 
-    @property
-    def stored(self) -> bool:
-        """The prefix is stored apart: every pass must read it from here."""
-        return self.row is None
-
 
 _ACTIVE: contextvars.ContextVar[SharedPrefix | None] = contextvars.ContextVar("agentgym_shared_prefix", default=None)
 
@@ -100,9 +95,10 @@ def prefix_attention(
         and getattr(module, "sliding_window", None) is None
         and kwargs.get("sliding_window") is None
     )
-    if plan is not None and plan.stored and not supported:
+    stored = plan is not None and plan.row is None  # every pass must read it from the plan
+    if stored and not supported:
         raise RuntimeError("a stored prefix needs plain attention with a 4D mask (no sliding window, no soft-capping)")
-    usable = plan is not None and supported and (plan.stored or (query.shape[2] == 1 and 0 < plan.length < key.shape[2]))
+    usable = plan is not None and supported and (stored or (query.shape[2] == 1 and 0 < plan.length < key.shape[2]))
     if not usable:
         return _sdpa()(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
     assert plan is not None and attention_mask is not None
