@@ -328,7 +328,8 @@ def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None
 
 
 def test_a_file_extends_another(tiny_model_dir, tmp_path) -> None:
-    base = {**_config(tiny_model_dir, tmp_path / "out"), "choices": [{"option": "seeds", "value": [0, 1], "made_on": "nothing"}]}
+    base = {**_config(tiny_model_dir, tmp_path / "out")}
+    base["choices"] = [{"option": "seeds", "value": [0, 1], "made_on": "nothing"}, {"option": "training.grpo.steps", "value": 2, "made_on": "the base"}]
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "base.yaml").write_text(yaml.safe_dump(base))
     top = {
@@ -344,11 +345,12 @@ def test_a_file_extends_another(tiny_model_dir, tmp_path) -> None:
     assert config.training["grpo"] == {"steps": 3, "micro_batch_size": 2}  # mappings merge key by key
     assert config.training["sft"] == base["training"]["sft"] and config.model == str(tiny_model_dir)
     assert list(config.ablations) == ["env_tokens_in_loss", "no_mask_again"]
-    assert [c.option for c in config.choices] == ["seeds", "training.grpo.steps"]  # choices add up
+    # Choices add up; one of an option the extended file chose too replaces that one.
+    assert [(c.option, c.made_on) for c in config.choices] == [("seeds", "nothing"), ("training.grpo.steps", "a test")]
     # The same file without extends, written out, loads to the same configuration.
     flat = {**base, "seeds": [2], "training": {**base["training"], "grpo": {"steps": 3, "micro_batch_size": 2}}}
     flat["ablations"] = {**base["ablations"], **top["ablations"]}
-    flat["choices"] = [*base["choices"], *top["choices"]]
+    flat["choices"] = [base["choices"][0], *top["choices"]]
     (tmp_path / "flat.yaml").write_text(yaml.safe_dump(flat))
     assert load_experiment(tmp_path / "flat.yaml") == config
 

@@ -205,7 +205,8 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: S
 
     A file may start from another: ``extends: learning_cpu.yaml`` (relative to the file's folder)
     takes that file's options, and the file's own are applied on top (mappings such as
-    ``ablations`` merge key by key, ``choices`` adds to the other file's, other values replace).
+    ``ablations`` merge key by key, ``choices`` adds to the other file's, a choice replacing the
+    other file's choice of the same option, other values replace).
 
     With ``development``, the development run: the ``development`` section's seeds (unless
     ``seeds`` is given) and evaluation tasks, in ``<output_dir>/development`` (unless
@@ -238,8 +239,9 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: S
 def _read_options(path: Path, extending: tuple[Path, ...]) -> dict[str, Any]:
     """The options of the file at ``path``, on top of those of the file its ``extends`` names (a
     path relative to it), if any: mappings merge key by key, ``choices`` adds to the extended
-    file's, and any other value replaces the extended file's. ``extending``: the files that extend
-    this one (a file met twice is a cycle)."""
+    file's (a choice of an option the extended file also chose replaces that one: the file set
+    the option again), and any other value replaces the extended file's. ``extending``: the files
+    that extend this one (a file met twice is a cycle)."""
     import yaml
 
     try:
@@ -259,7 +261,10 @@ def _read_options(path: Path, extending: tuple[Path, ...]) -> dict[str, Any]:
     if base in reading:
         raise ConfigError(f"{path}: extends {extends}, and the files extend each other in a cycle")
     inherited = _read_options(base, reading)
-    choices = [*(inherited.get("choices") or []), *(data.pop("choices", None) or [])]
+    own = data.pop("choices", None) or []
+    chosen_here = {choice.get("option") for choice in own if isinstance(choice, dict)}
+    kept = [choice for choice in inherited.get("choices") or [] if not (isinstance(choice, dict) and choice.get("option") in chosen_here)]
+    choices = [*kept, *own]
     merged = _merged(inherited, data)
     return {**merged, "choices": choices} if choices else merged
 
