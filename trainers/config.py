@@ -346,6 +346,13 @@ class GRPOSection:
             above 0. The call's choice is made before them (which argument, what value); pushing
             them down for an episode that did worse moves mass to other names and closings, so the
             next call pairs its arguments with the wrong tool.
+        after_error_in_loss: the sampled tokens of every turn that follows a failed tool call (the
+            previous step's ``info["turn_tool_errors"]`` above 0: a tool error or a seeded fault):
+            ``always`` trained with their episode's advantage; ``when_better`` only where it is
+            above 0. After a fault the model is in a state no demonstration showed; the turns it
+            writes there mostly fail, and pushing every one of them down moves mass to whatever
+            is left, malformed calls included. Reinforcing only what did better keeps what those
+            turns can learn (a retry that won its group).
         mask_truncated: give no loss to trajectories cut by the token budget.
         train_on_env_tokens: ablation of the loss mask: the loss also covers the environment's tokens
             after the prompt (tool output, user turns, template glue), as a trainer that masks only
@@ -375,6 +382,7 @@ class GRPOSection:
     format_errors_in_loss: Literal["always", "when_worse"] = "always"
     call_prefix_in_loss: Literal["always", "when_better"] = "always"
     call_closing_in_loss: Literal["always", "when_better"] = "always"
+    after_error_in_loss: Literal["always", "when_better"] = "always"
     mask_truncated: bool = False
     train_on_env_tokens: bool = False
     old_logprobs: Literal["recompute", "sampling"] = "recompute"

@@ -50,6 +50,7 @@ from agentgym.progress import ProgressReport
 from agentgym.records import EpisodeRecord, TurnRecord
 from agentgym.rollouts.batching import collate
 from agentgym.rollouts.chat import NO_CALL_FORMAT, CallFormat, ChatRenderer, common_prefix_length
+from agentgym.rollouts.episode import failed_a_call
 from agentgym.rollouts.runner import Episode, RolloutConfig, run_rollouts
 from agentgym.rollouts.settings import NO_EXPLORATION, settings_of
 from agentgym.rollouts.trajectory import Trajectory
@@ -505,6 +506,8 @@ def grpo_update(
         batch = replace(batch, loss_mask=batch.loss_mask & ~(call_prefix_mask(kept, width, call_format.prefix).to(device) & (per_token <= 0)))
     if g.call_closing_in_loss == "when_better":  # nor the tokens after a call's arguments, which its arguments decided
         batch = replace(batch, loss_mask=batch.loss_mask & ~(call_closing_mask(kept, width, call_format.closings).to(device) & (per_token <= 0)))
+    if g.after_error_in_loss == "when_better":  # after a failed call, only what did better is trained
+        batch = replace(batch, loss_mask=batch.loss_mask & ~(after_error_mask(kept, width).to(device) & (per_token <= 0)))
     metrics["batch/loss_tokens"] = float(batch.loss_mask.sum())
     metrics["advantage/abs_mean"] = float(advantages.abs().mean() if advantages.dim() == 1 else advantages.abs()[batch.loss_mask].mean())
 
@@ -577,26 +580,37 @@ def grpo_update(
 def opening_mask(episodes: Sequence[Episode], width: int) -> torch.Tensor:
     """``[episodes, width]`` booleans: the positions of the tokens ``rollout.error_tool_exploration``
     gave each episode (the first ``opening_tokens`` of a turn's sampled segment)."""
-    return _sampled_mask(episodes, width, lambda turn: [(0, turn.get("opening_tokens", 0))])
+    return _sampled_mask(episodes, width, lambda _, turn: [(0, turn.get("opening_tokens", 0))])
 
 
 def format_error_mask(episodes: Sequence[Episode], width: int) -> torch.Tensor:
     """``[episodes, width]`` booleans: the positions of the sampled tokens of every turn in which
     the environment found a malformed call (its step's ``turn_format_errors`` above 0)."""
-    return _sampled_mask(episodes, width, lambda turn: [(0, len(turn["sampled_ids"]))] if turn["info"].get("turn_format_errors", 0) else [])
+    return _sampled_mask(episodes, width, lambda _, turn: [(0, len(turn["sampled_ids"]))] if turn["info"].get("turn_format_errors", 0) else [])
 
 
 def call_prefix_mask(episodes: Sequence[Episode], width: int, prefix: Sequence[int]) -> torch.Tensor:
     """``[episodes, width]`` booleans: the leading tokens of every turn's sampled segment that
     match ``prefix`` (the tokens every tool call begins with), as far as they match."""
     prefix = tuple(prefix)
-    return _sampled_mask(episodes, width, lambda turn: [(0, common_prefix_length(turn["sampled_ids"], prefix))])
+    return _sampled_mask(episodes, width, lambda _, turn: [(0, common_prefix_length(turn["sampled_ids"], prefix))])
 
 
 def call_closing_mask(episodes: Sequence[Episode], width: int, closings: Sequence[Sequence[int]]) -> torch.Tensor:
     """``[episodes, width]`` booleans: wherever a turn's sampled tokens hold one of ``closings``
     (the tokens that close a call to a tool after its arguments), those tokens."""
-    return _sampled_mask(episodes, width, lambda turn: _occurrences(turn["sampled_ids"], closings))
+    return _sampled_mask(episodes, width, lambda _, turn: _occurrences(turn["sampled_ids"], closings))
+
+
+def after_error_mask(episodes: Sequence[Episode], width: int) -> torch.Tensor:
+    """``[episodes, width]`` booleans: the positions of the sampled tokens of every turn whose
+    previous step had a failed tool call (:func:`agentgym.rollouts.episode.failed_a_call`)."""
+
+    def spans(episode: Episode, turn: TurnRecord) -> list[tuple[int, int]]:
+        index = turn["turn"]
+        return [(0, len(turn["sampled_ids"]))] if index > 0 and failed_a_call(episode.turns[index - 1]) else []
+
+    return _sampled_mask(episodes, width, spans)
 
 
 def _occurrences(ids: Sequence[int], patterns: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
@@ -605,14 +619,14 @@ def _occurrences(ids: Sequence[int], patterns: Sequence[Sequence[int]]) -> list[
     return [(start, start + len(p)) for p in map(tuple, patterns) if p for start in range(len(ids) - len(p) + 1) if ids[start : start + len(p)] == p]
 
 
-def _sampled_mask(episodes: Sequence[Episode], width: int, spans: Callable[[TurnRecord], Sequence[tuple[int, int]]]) -> torch.Tensor:
-    """Marks the ``spans(turn)`` (``(start, stop)`` within the turn's sampled tokens) of every turn's sampled segment."""
+def _sampled_mask(episodes: Sequence[Episode], width: int, spans: Callable[[Episode, TurnRecord], Sequence[tuple[int, int]]]) -> torch.Tensor:
+    """Marks the ``spans(episode, turn)`` (``(start, stop)`` within the turn's sampled tokens) of every turn's sampled segment."""
     mask = torch.zeros(len(episodes), width, dtype=torch.bool)
     for row, episode in enumerate(episodes):
         for segment in episode.trajectory.segments:
             if segment.kind == "sampled":
                 end = min(segment.start + len(segment.token_ids), width)
-                for start, stop in spans(episode.turns[segment.turn]):
+                for start, stop in spans(episode, episode.turns[segment.turn]):
                     mask[row, segment.start + start : min(segment.start + stop, end)] = True
     return mask
 

@@ -45,7 +45,7 @@ from agentgym.rollouts.trajectory import Trajectory, TrajectoryBuilder
 from agentgym.seeding import derive_seed
 from agentgym.tools import InfraError
 
-__all__ = ["EpisodeOutcome", "EpisodeTokens", "RolloutSettings", "StopReason", "TokenEpisode", "episode_outcome", "turn_seed"]
+__all__ = ["EpisodeOutcome", "EpisodeTokens", "RolloutSettings", "StopReason", "TokenEpisode", "episode_outcome", "failed_a_call", "turn_seed"]
 
 _TOOL_EXPLORATION_STREAM = 1  # derive_seed's name for the draws of error_tool_exploration, beside a turn's seed
 
@@ -53,6 +53,13 @@ _TOOL_EXPLORATION_STREAM = 1  # derive_seed's name for the draws of error_tool_e
 def turn_seed(seed: int, episode: int, turn: int) -> int:
     """Sampling seed of ``turn`` of ``episode``: independent streams per episode and turn, stable across runs."""
     return derive_seed(seed, episode, turn, bits=32)
+
+
+def failed_a_call(turn: TurnRecord) -> bool:
+    """Whether the turn's step had a failed tool call (its ``info["turn_tool_errors"]`` above 0: a
+    tool error or a seeded fault)."""
+    info = cast(Mapping[str, Any], turn["info"])  # a StepInfo, or a StepError without the count
+    return int(info.get("turn_tool_errors", 0)) > 0
 
 
 @dataclass(frozen=True)
@@ -255,11 +262,8 @@ class TokenEpisode:
         return opening if len(opening) < self.room() else ()
 
     def after_error(self) -> bool:
-        """Whether the last step had a failed tool call (its ``info["turn_tool_errors"]`` above 0)."""
-        if not self.turns:
-            return False
-        info = cast(Mapping[str, Any], self.turns[-1]["info"])  # a StepInfo, or a StepError without the count
-        return int(info.get("turn_tool_errors", 0)) > 0
+        """Whether the last step had a failed tool call (:func:`failed_a_call`)."""
+        return bool(self.turns) and failed_a_call(self.turns[-1])
 
     # -- playing ----------------------------------------------------------------------------
 

@@ -167,6 +167,13 @@ def test_more_seeds_extend_a_finished_run_and_keep_its_phases(finished, tmp_path
         run_experiment(dataclasses.replace(config, seeds=(0, 2), output_dir=str(extended)), log=lambda line: None)
     with pytest.raises(ConfigError, match="another configuration"):
         run_experiment(dataclasses.replace(config, seeds=(0, 1, 2), jobs=2, output_dir=str(extended)), log=lambda line: None)
+    # A training option spelled out at its default value is the same configuration; another value is not.
+    spelled = {**config.training, "grpo": {**config.training.get("grpo", {}), "openings_in_loss": "always"}}
+    again = run_experiment(dataclasses.replace(config, seeds=(0, 1, 2), training=spelled, output_dir=str(extended)), log=lambda line: None)
+    assert again["arms"] == more["arms"] and {path: path.stat().st_mtime_ns for path in kept} == kept
+    with pytest.raises(ConfigError, match="another configuration"):
+        changed = {**spelled, "grpo": {**spelled["grpo"], "openings_in_loss": "when_better"}}
+        run_experiment(dataclasses.replace(config, seeds=(0, 1, 2), training=changed, output_dir=str(extended)), log=lambda line: None)
 
 
 def test_more_arms_extend_a_finished_run_from_its_sft_models(finished, tmp_path) -> None:

@@ -96,6 +96,7 @@ def test_bundled_configs_load() -> None:
         ({"grpo.format_errors_in_loss": "when_better"}, r"grpo\.format_errors_in_loss"),
         ({"grpo.call_prefix_in_loss": "never"}, r"grpo\.call_prefix_in_loss"),
         ({"grpo.call_closing_in_loss": "never"}, r"grpo\.call_closing_in_loss"),
+        ({"grpo.after_error_in_loss": "never"}, r"grpo\.after_error_in_loss"),
         ({"rollout.error_temperature": 0}, r"rollout\.error_temperature must be above 0"),
         ({"eval.patience": 2}, r"eval\.patience needs eval\.every >= 1"),
         ({"grpo.steps": 0}, r"nothing to do: .* --steps N"),

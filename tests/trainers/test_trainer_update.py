@@ -21,7 +21,7 @@ from agentgym.trainers.config import GRPOSection, OptimSection, SFTSection
 from agentgym.trainers.grpo import LOSS_AGGS, group_advantages, intact_groups
 from agentgym.trainers.modeling import Reference
 from agentgym.trainers.sft import sft_update
-from agentgym.trainers.trainer import call_closing_mask, call_prefix_mask, format_error_mask, grpo_update
+from agentgym.trainers.trainer import after_error_mask, call_closing_mask, call_prefix_mask, format_error_mask, grpo_update
 
 GROUP = 3
 
@@ -332,6 +332,41 @@ def test_malformed_turns_are_trained_only_where_they_did_worse_when_asked(policy
     )
 
 
+def test_turns_after_a_failed_call_are_trained_only_where_they_did_better_when_asked(policy, episodes) -> None:
+    # Every first turn marked as having had a failed call (as the environment's step info reports
+    # a fault): the turns after it are the ones the option concerns.
+    failed = [
+        dataclasses.replace(e, turns=[{**t, "info": {**t["info"], "turn_tool_errors": 1}} if i == 0 else t for i, t in enumerate(e.turns)]) for e in episodes
+    ]
+    base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
+    _, plain = run_update(policy, episodes, base, reference=False)
+    _, always = run_update(policy, failed, base, reference=False)
+    assert all(torch.equal(a, b) for a, b in zip(always, plain, strict=True))  # "always": trained like any turn
+    metrics, update = run_update(policy, failed, dataclasses.replace(base, after_error_in_loss="when_better"), reference=False)
+    # The same update as plain GRPO's on trajectories whose later turns are masked where the
+    # episode's advantage is not above 0; the first turn (no failed call before it) stays.
+    advantages, _ = group_advantages(torch.tensor([e.reward for e in episodes]), GROUP)
+    worse = [bool(a <= 0) for a in advantages]
+    assert any(worse) and not all(worse), "the comparison needs both kinds of rows"
+
+    def later_turns(episode):
+        return [s for s in episode.trajectory.segments if s.kind == "sampled" and s.turn > 0]
+
+    assert all(later_turns(e) for e in episodes), "the comparison needs a turn after the first"
+
+    def masked(episode, cut: bool):
+        mask = list(episode.trajectory.loss_mask)
+        for segment in later_turns(episode) if cut else []:
+            mask[segment.start : segment.end] = [0] * len(segment.token_ids)
+        return dataclasses.replace(episode, trajectory=dataclasses.replace(episode.trajectory, loss_mask=tuple(mask)))
+
+    _, expected = run_update(policy, [masked(e, w) for e, w in zip(episodes, worse, strict=True)], base, reference=False)
+    assert_same_update(update, expected)
+    assert any(bool((u - p).abs().max() > 1e-6) for u, p in zip(update, plain, strict=True)), "masking changed nothing"
+    cut = sum(sum(e.trajectory.loss_mask[s.start : s.end]) for e, w in zip(episodes, worse, strict=True) if w for s in later_turns(e))
+    assert cut > 0 and metrics["batch/loss_tokens"] == sum(sum(e.trajectory.loss_mask) for e in episodes) - cut
+
+
 def _spans(ids, pattern, where):
     """The positions of ``ids`` that ``where`` ("start": a common prefix, "anywhere": every
     occurrence) matches ``pattern`` at."""
@@ -457,3 +492,29 @@ def test_the_call_closing_mask_marks_what_follows_a_calls_arguments(default_toke
             assert default_tokenizer.decode(marked) == ' "name": "sql"}</tool_call>'
             assert default_tokenizer.decode(segment.token_ids).endswith(' "name": "sql"}</tool_call><|im_end|>')
         assert int(mask[row].sum()) == sum(int(mask[row, s.start : s.end].sum()) for s in sampled)  # nothing outside the turns
+
+
+def test_the_after_error_mask_marks_the_turns_that_follow_a_fault(default_tokenizer) -> None:
+    # Real SQL-v0 rollouts in which every first call to sql fails (a seeded fault) and the call
+    # right after one never does: the turn after the fault is marked whole, the others not at all.
+    config = RolloutConfig(
+        "agentgym/SQL-v0",
+        split="train",
+        num_tasks=2,
+        group_size=2,
+        max_turns=3,
+        max_new_tokens=64,
+        seed=0,
+        env_kwargs={"fault_rate": 1.0, "max_consecutive_faults": 1},
+    )
+    episodes = run_rollouts(_BlendsAfterAResult(default_tokenizer), config)
+    width = max(len(e.trajectory.token_ids) for e in episodes)
+    mask = after_error_mask(episodes, width)
+    for row, episode in enumerate(episodes):
+        errors = [t["info"].get("turn_tool_errors", 0) for t in episode.turns]
+        assert errors[0] == 1 and errors[1] == 0 and len(errors) == 3, errors
+        expected = torch.zeros(width, dtype=torch.bool)
+        for segment in episode.trajectory.segments:
+            if segment.kind == "sampled" and segment.turn == 1:
+                expected[segment.start : segment.end] = True
+        assert expected.any() and torch.equal(mask[row], expected)

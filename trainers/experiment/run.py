@@ -20,7 +20,7 @@ from agentgym.envs import make_env
 from agentgym.progress import ProgressReport
 from agentgym.rollouts.io import write_jsonl
 from agentgym.rollouts.scripted import final_info
-from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict
+from agentgym.trainers.config import ConfigError, TrainConfig, config_from_dict, config_to_dict
 from agentgym.trainers.experiment.config import BASE, GRPO, SFT, ExperimentConfig, TaskPick, split_ids, task_id_of, train_config_for
 from agentgym.trainers.experiment.summary import summarize_experiment
 from agentgym.trainers.experiment.timings import PhaseTimings
@@ -375,8 +375,9 @@ def _record_config(config: ExperimentConfig, out: Path) -> ExperimentConfig:
         # change what a reported run runs (another file's arms may extend a folder: same protocol).
         # Nor do the controls, which only add paired differences to the summary.
         unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None, "ablations": None, "controls": None, "development": None}
-        # Nor do the rows an evaluation decodes at once (memory, not results).
-        if {**_without_max_batch_size(recorded), **unchanged} != {**_without_max_batch_size(data), **unchanged}:
+        # Nor do the rows an evaluation decodes at once (memory, not results), nor a training
+        # option spelled out at its default value.
+        if {**_comparable(recorded), **unchanged} != {**_comparable(data), **unchanged}:
             raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
         dropped = [seed for seed in recorded["seeds"] if seed not in config.seeds]
         if dropped:
@@ -391,9 +392,12 @@ def _record_config(config: ExperimentConfig, out: Path) -> ExperimentConfig:
     return config
 
 
-def _without_max_batch_size(data: dict[str, Any]) -> dict[str, Any]:
+def _comparable(data: dict[str, Any]) -> dict[str, Any]:
+    """A recorded configuration as runs compare: without the evaluation's ``max_batch_size``, and
+    with its training section resolved by the trainer (every option, defaults included)."""
     evaluation = {key: value for key, value in data.get("evaluation", {}).items() if key != "max_batch_size"}
-    return {**data, "evaluation": evaluation}
+    training = config_to_dict(config_from_dict({**data.get("training", {}), "env_id": data["env_id"]}))
+    return {**data, "evaluation": evaluation, "training": training}
 
 
 # What decides the results; edits elsewhere (docs, tests) do not make a run's commit dirty.
