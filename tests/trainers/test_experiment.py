@@ -325,6 +325,9 @@ def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None
         load({"training": {**_config(tiny_model_dir, tmp_path)["training"], "grpo": {"stepz": 2}}})
     (problem,) = info.value.problems
     assert str(info.value).startswith("invalid experiment configuration") and problem.startswith("training.grpo.stepz: unknown option; valid options: steps, ")
+    with pytest.raises(ConfigError) as info:  # an arm's GRPO phase is checked when the file loads, not hours later
+        load({"ablations": {"no_sft_term": {"grpo": {"sft_coef": 0.0, "sft_when_degenerate": True}}}})
+    assert info.value.problems == ["ablations.no_sft_term: training: grpo.sft_when_degenerate needs grpo.sft_coef above 0 (it takes the SFT term's step)"]
     with pytest.raises(ConfigError, match="grpo_tasks: give task_ids or difficulties, not both"):
         load({"grpo_tasks": {"task_ids": ["letters-3"], "difficulties": ["easy"]}})
     with pytest.raises(ConfigError, match="ablation name 'sft' is taken by an arm"):
@@ -499,6 +502,20 @@ def test_the_shipped_experiment_configs_load(name, tmp_path) -> None:
     # Every arm's GRPO phase is a valid trainer configuration (step credit with shared seeds, say).
     for change in config.ablations.values():
         train_config_for(config, GRPO, config.seeds[0], [], [], tmp_path, change=change)
+
+
+def test_protocol_v3s_grpo_arm_is_the_guarded_exploration_arm(tmp_path) -> None:
+    # The results pool the main job's GRPO arm with tool_exploration_cpu.yaml's guarded arm: they
+    # must train alike; and that file's grpo arm stays protocol v2's, as plain_grpo is.
+    from agentgym.trainers.experiment.config import GRPO, train_config_for
+
+    main, tool = (load_experiment(_SHIPPED_EXPERIMENTS / name) for name in ("learning_cpu.yaml", "tool_exploration_cpu.yaml"))
+    guarded = train_config_for(tool, GRPO, 7, [], [], tmp_path, change=tool.ablations["tool_exploration_guarded"])
+    assert train_config_for(main, GRPO, 7, [], [], tmp_path) == guarded and guarded.rollout.error_tool_exploration == 0.5
+    ablations = load_experiment(_SHIPPED_EXPERIMENTS / "learning_cpu_ablations.yaml")
+    plain = train_config_for(tool, GRPO, 7, [], [], tmp_path)
+    assert train_config_for(ablations, GRPO, 7, [], [], tmp_path, change=ablations.ablations["plain_grpo"]) == plain
+    assert plain.rollout.error_tool_exploration == 0.0 and plain.grpo.openings_in_loss == "always" and not plain.grpo.sft_when_degenerate
 
 
 def test_an_arms_demonstrations_are_the_sft_phases_tasks(tmp_path) -> None:

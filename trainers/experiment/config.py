@@ -233,6 +233,13 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: S
         train_config_for(config, SFT, config.seeds[0], [], [], Path(config.output_dir))  # the trainer checks its part now
     except ConfigError as exc:  # named as the experiment file names them
         raise ConfigError.listing("experiment configuration", [_in_training(problem) for problem in exc.problems]) from None
+    # And every arm's GRPO phase, before the hours of the phases that precede it.
+    for arm, change in {GRPO: None, **config.ablations}.items():
+        try:
+            train_config_for(config, GRPO, config.seeds[0], [], [], Path(config.output_dir), change=change)
+        except ConfigError as exc:
+            where = "" if change is None else f"ablations.{arm}: "
+            raise ConfigError.listing("experiment configuration", [where + _in_training(problem) for problem in exc.problems]) from None
     return config
 
 
