@@ -55,6 +55,8 @@ __all__ = [
     "disk_folder",
     "model_footprint",
     "optimizer_state_folder",
+    "peak_resident_mib",
+    "resident_mib",
     "return_freed_memory",
 ]
 
@@ -140,6 +142,15 @@ def peak_resident_mib() -> float:
         return 0.0
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
+
+
+def resident_mib() -> float:
+    """The resident memory this process holds now, in MiB (0 where it cannot be read: not Linux)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0.0
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,7 @@ from agentgym.trainers.config import GRPOSection, TrainConfig, config_to_dict, d
 from agentgym.trainers.credit import token_advantages
 from agentgym.trainers.diagnostics import MetricsLogger, WarningMonitor, eval_summary, plot_metrics, read_metrics, rollout_metrics
 from agentgym.trainers.grpo import filter_degenerate_groups, group_advantages, intact_groups, loss_normalizer, masked_grpo_loss
-from agentgym.trainers.memory import bound_primitive_cache, peak_resident_mib, return_freed_memory
+from agentgym.trainers.memory import bound_primitive_cache, peak_resident_mib, resident_mib, return_freed_memory
 from agentgym.trainers.modeling import (
     Reference,
     TensorBatch,
@@ -302,8 +302,10 @@ def _grpo_phase(run: _Run, train_pool: Sequence[str], checkpoint: Path | None, b
     run.display.phase("GRPO", g.steps, state.step)
     while state.step < g.steps and not state.stopped_early:
         # The process's peak so far before and after each stage: the stage that raised it is where
-        # the memory went (before: loading, the last step's checkpoint, evaluations).
-        peaks = {"memory/peak_mib_before": peak_resident_mib()}
+        # the memory went (before: loading, the last step's checkpoint, evaluations). What it
+        # holds as the step starts, after the last one freed what it could: if that grows step
+        # after step, something stays.
+        peaks = {"memory/resident_mib_before": resident_mib(), "memory/peak_mib_before": peak_resident_mib()}
         started = time.perf_counter()
         # Rollouts: the policy samples group_size episodes of each of this step's tasks
         # (with resample_rounds, more rounds of fresh tasks while groups lack a signal).
