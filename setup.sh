@@ -21,14 +21,14 @@ fi
 
 [ "${1:-}" = "--no-run" ] && exit 0
 
-# The main job: the learning experiment (protocol v3). The bundled SmolLM2-135M-Instruct is
+# The main job: the learning experiment (protocol v4). The bundled SmolLM2-135M-Instruct is
 # fine-tuned to convergence on fault-free oracle demonstrations (SFT), then trained with masked GRPO
 # under seeded tool faults (the SFT loss kept in every update; after a failed call, half the turns
-# open with a call to a random tool, trained only where it did better), and every arm (base, SFT,
-# GRPO, and GRPO's control: the same extra SFT steps without rewards) is evaluated on held-out test
-# tasks, over 3 training seeds no configuration choice was made on. About 65 minutes on 2 CPU
-# cores; results in runs/learning/results.md. Its reported run (seeds 37-39) found +1.3 points over
-# SFT [-0.7, +3.9]: no seed learned the retry; over all twelve seeds this GRPO arm has been reported
-# on, +15.8 [+12.5, +19.4], half of them learning it (docs/results.md). An interrupted run resumes
-# where it stopped when started again.
+# open with a call to a random tool, and the turns after a failed call are trained only where they
+# did better), and every arm (base, SFT, GRPO, and GRPO's control: the same extra SFT steps without
+# rewards) is evaluated on held-out test tasks, over 3 training seeds no configuration choice was
+# made on. About 65 minutes on 2 CPU cores; results in runs/learning/results.md. Protocol v4's
+# reported seeds (40-42) have not been scored yet; protocol v3 (seeds 37-39) found +1.3 points over
+# SFT [-0.7, +3.9], and +15.8 [+12.5, +19.4] over all twelve seeds its GRPO arm was reported on
+# (docs/results.md). An interrupted run resumes where it stopped when started again.
 agentgym experiment trainers/configs/experiments/learning_cpu.yaml

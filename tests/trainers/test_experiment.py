@@ -504,18 +504,23 @@ def test_the_shipped_experiment_configs_load(name, tmp_path) -> None:
         train_config_for(config, GRPO, config.seeds[0], [], [], tmp_path, change=change)
 
 
-def test_protocol_v3s_grpo_arm_is_the_guarded_exploration_arm(tmp_path) -> None:
-    # The results pool the main job's GRPO arm with tool_exploration_cpu.yaml's guarded arm: they
-    # must train alike; and that file's grpo arm stays protocol v2's, as plain_grpo is.
+def test_the_main_jobs_grpo_arms_are_the_exploration_arms_they_are_pooled_with(tmp_path) -> None:
+    # The results pool protocol v4's GRPO arm with tool_exploration_cpu.yaml's after-error arm and
+    # protocol v3's (the ablation guarded) with its guarded arm: each pair must train alike; and
+    # that file's grpo arm stays protocol v2's, as plain_grpo is.
     from agentgym.trainers.experiment.config import GRPO, train_config_for
 
     main, tool = (load_experiment(_SHIPPED_EXPERIMENTS / name) for name in ("learning_cpu.yaml", "tool_exploration_cpu.yaml"))
-    guarded = train_config_for(tool, GRPO, 7, [], [], tmp_path, change=tool.ablations["tool_exploration_guarded"])
-    assert train_config_for(main, GRPO, 7, [], [], tmp_path) == guarded and guarded.rollout.error_tool_exploration == 0.5
+    after_error = train_config_for(tool, GRPO, 7, [], [], tmp_path, change=tool.ablations["tool_exploration_after_error_guarded"])
+    assert train_config_for(main, GRPO, 7, [], [], tmp_path) == after_error and after_error.grpo.after_error_in_loss == "when_better"
     ablations = load_experiment(_SHIPPED_EXPERIMENTS / "learning_cpu_ablations.yaml")
+    guarded = train_config_for(tool, GRPO, 7, [], [], tmp_path, change=tool.ablations["tool_exploration_guarded"])
+    assert train_config_for(ablations, GRPO, 7, [], [], tmp_path, change=ablations.ablations["guarded"]) == guarded
+    assert guarded.rollout.error_tool_exploration == 0.5 and guarded.grpo.after_error_in_loss == "always"
     plain = train_config_for(tool, GRPO, 7, [], [], tmp_path)
     assert train_config_for(ablations, GRPO, 7, [], [], tmp_path, change=ablations.ablations["plain_grpo"]) == plain
     assert plain.rollout.error_tool_exploration == 0.0 and plain.grpo.openings_in_loss == "always" and not plain.grpo.sft_when_degenerate
+    assert plain.grpo.after_error_in_loss == "always"
 
 
 def test_an_arms_demonstrations_are_the_sft_phases_tasks(tmp_path) -> None:
