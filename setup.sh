@@ -24,7 +24,7 @@ fi
 # The main job: the learning experiment (protocol v4). The bundled SmolLM2-135M-Instruct is
 # fine-tuned to convergence on fault-free oracle demonstrations (SFT), then trained with masked GRPO
 # under seeded tool faults (the SFT loss kept in every update; after a failed call, half the turns
-# open with a call to a random tool, and the turns after a failed call are trained only where they
+# open with a call to a random tool, and the turn right after a failed call is trained only where it
 # did better), and every arm (base, SFT, GRPO, and GRPO's control: the same extra SFT steps without
 # rewards) is evaluated on held-out test tasks, over 3 training seeds no configuration choice was
 # made on. About 65 minutes on 2 CPU cores; results in runs/learning/results.md. Protocol v4's

@@ -346,7 +346,7 @@ class GRPOSection:
             above 0. The call's choice is made before them (which argument, what value); pushing
             them down for an episode that did worse moves mass to other names and closings, so the
             next call pairs its arguments with the wrong tool.
-        after_error_in_loss: the sampled tokens of every turn that follows a failed tool call (the
+        after_error_in_loss: the sampled tokens of every turn right after a failed tool call (the
             previous step's ``info["turn_tool_errors"]`` above 0: a tool error or a seeded fault):
             ``always`` trained with their episode's advantage; ``when_better`` only where it is
             above 0. After a fault the model is in a state no demonstration showed; the turns it

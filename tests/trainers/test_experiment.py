@@ -327,7 +327,10 @@ def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None
     assert str(info.value).startswith("invalid experiment configuration") and problem.startswith("training.grpo.stepz: unknown option; valid options: steps, ")
     with pytest.raises(ConfigError) as info:  # an arm's GRPO phase is checked when the file loads, not hours later
         load({"ablations": {"no_sft_term": {"grpo": {"sft_coef": 0.0, "sft_when_degenerate": True}}}})
-    assert info.value.problems == ["ablations.no_sft_term: training: grpo.sft_when_degenerate needs grpo.sft_coef above 0 (it takes the SFT term's step)"]
+    assert info.value.problems == ["ablations.no_sft_term: grpo.sft_when_degenerate needs grpo.sft_coef above 0 (it takes the SFT term's step)"]
+    with pytest.raises(ConfigError) as info:
+        load({"ablations": {"typo": {"grpo": {"stepz": 2}}}})
+    assert info.value.problems[0].startswith("ablations.typo.grpo.stepz: unknown option")
     with pytest.raises(ConfigError, match="grpo_tasks: give task_ids or difficulties, not both"):
         load({"grpo_tasks": {"task_ids": ["letters-3"], "difficulties": ["easy"]}})
     with pytest.raises(ConfigError, match="ablation name 'sft' is taken by an arm"):
@@ -335,6 +338,24 @@ def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None
     with pytest.raises(ConfigError) as info:
         load({"controls": {"grpo": "grpo", "env_tokens_in_loss": "longer_sft"}})
     assert info.value.problems == ["controls: 'longer_sft' is not an arm of this experiment", "controls: 'grpo' cannot be its own control"]
+
+
+def test_a_folder_whose_configuration_this_code_cannot_read_is_a_clear_error(tiny_model_dir, tmp_path) -> None:
+    from agentgym.trainers.experiment.run import _record_config
+
+    path = tmp_path / "x.yaml"
+    path.write_text(yaml.safe_dump(_config(tiny_model_dir, tmp_path / "out")))
+    config = load_experiment(path)
+    out = tmp_path / "out"
+    out.mkdir()
+    recorded = json.loads(json.dumps(dataclasses.asdict(config)))
+    for broken in ({**recorded, "training": {"grpo": {"renamed_option": 1}}}, {key: value for key, value in recorded.items() if key != "env_id"}):
+        (out / "experiment.yaml").write_text(yaml.safe_dump(broken))
+        with pytest.raises(ConfigError, match=r"(?s)holds an experiment configuration this code cannot read .*choose another output folder"):
+            _record_config(config, out)
+    (out / "experiment.yaml").write_text(yaml.safe_dump({**recorded, "training": None}))
+    with pytest.raises(ConfigError, match="another configuration"):  # no training options: the defaults, not this file's
+        _record_config(config, out)
 
 
 def test_a_file_extends_another(tiny_model_dir, tmp_path) -> None:

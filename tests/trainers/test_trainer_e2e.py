@@ -70,7 +70,8 @@ def test_one_sft_step_and_one_grpo_step_with_the_default_model(tmp_path) -> None
     assert grpo["batch/trajectories"] == 2 and grpo["optim/updates"] == 1
     assert math.isfinite(grpo["policy/entropy"]) and grpo["policy/ratio_mean"] == 1.0
     assert 0 < grpo["memory/peak_mib_before"] <= grpo["memory/peak_mib_rollout"] <= grpo["memory/peak_mib_update"]
-    assert 0 < grpo["memory/resident_mib_before"] <= grpo["memory/peak_mib_before"]
+    assert 0 <= grpo["memory/resident_mib_before"] <= grpo["memory/peak_mib_before"]
+    assert grpo["memory/resident_mib_before"] > 0 or sys.platform != "linux"  # read from /proc
     assert grpo["time/rollout_s"] > 0 and grpo["time/update_s"] > 0
     assert set(result.evaluations) == {"base", "sft", "final"}
     assert "| success rate |" in result.report and "after GRPO" in result.report

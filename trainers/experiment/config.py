@@ -238,8 +238,8 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: S
         try:
             train_config_for(config, GRPO, config.seeds[0], [], [], Path(config.output_dir), change=change)
         except ConfigError as exc:
-            where = "" if change is None else f"ablations.{arm}: "
-            raise ConfigError.listing("experiment configuration", [where + _in_training(problem) for problem in exc.problems]) from None
+            named = [_in_training(problem) if change is None else _in_arm(arm, problem) for problem in exc.problems]
+            raise ConfigError.listing("experiment configuration", named) from None
     return config
 
 
@@ -269,7 +269,7 @@ def _read_options(path: Path, extending: tuple[Path, ...]) -> dict[str, Any]:
         raise ConfigError(f"{path}: extends {extends}, and the files extend each other in a cycle")
     inherited = _read_options(base, reading)
     own = data.pop("choices", None) or []
-    chosen_here = {choice.get("option") for choice in own if isinstance(choice, dict)}
+    chosen_here = {choice.get("option") for choice in own if isinstance(choice, dict) and isinstance(choice.get("option"), str)}
     kept = [choice for choice in inherited.get("choices") or [] if not (isinstance(choice, dict) and choice.get("option") in chosen_here)]
     choices = [*kept, *own]
     merged = _merged(inherited, data)
@@ -301,6 +301,12 @@ def _in_training(problem: str) -> str:
     path, colon, rest = problem.partition(": ")
     is_path = colon and path.replace("_", "").replace(".", "").replace("[", "").replace("]", "").isalnum()
     return f"training.{path}: {rest}" if is_path else f"training: {problem}"
+
+
+def _in_arm(arm: str, problem: str) -> str:
+    """A problem the trainer found in an arm's GRPO phase, named as the arm's options are (``ablations.ARM.grpo.steps``)."""
+    named = _in_training(problem)
+    return f"ablations.{arm}{named.removeprefix('training')}"
 
 
 def task_id_of(entry: str) -> str:

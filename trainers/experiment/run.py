@@ -377,7 +377,11 @@ def _record_config(config: ExperimentConfig, out: Path) -> ExperimentConfig:
         unchanged = {"seeds": None, "output_dir": None, "choices": None, "memory_limit_gb": None, "ablations": None, "controls": None, "development": None}
         # Nor do the rows an evaluation decodes at once (memory, not results), nor a training
         # option spelled out at its default value.
-        if {**_comparable(recorded), **unchanged} != {**_comparable(data), **unchanged}:
+        try:
+            held = _comparable(recorded)
+        except (ConfigError, KeyError, TypeError, AttributeError) as exc:
+            raise ConfigError(f"{out} holds an experiment configuration this code cannot read ({exc}); choose another output folder") from None
+        if {**held, **unchanged} != {**_comparable(data), **unchanged}:
             raise ConfigError(f"{out} holds an experiment with another configuration; choose another output folder")
         dropped = [seed for seed in recorded["seeds"] if seed not in config.seeds]
         if dropped:
@@ -395,8 +399,8 @@ def _record_config(config: ExperimentConfig, out: Path) -> ExperimentConfig:
 def _comparable(data: dict[str, Any]) -> dict[str, Any]:
     """A recorded configuration as runs compare: without the evaluation's ``max_batch_size``, and
     with its training section resolved by the trainer (every option, defaults included)."""
-    evaluation = {key: value for key, value in data.get("evaluation", {}).items() if key != "max_batch_size"}
-    training = config_to_dict(config_from_dict({**data.get("training", {}), "env_id": data["env_id"]}))
+    evaluation = {key: value for key, value in (data.get("evaluation") or {}).items() if key != "max_batch_size"}
+    training = config_to_dict(config_from_dict({**(data.get("training") or {}), "env_id": data["env_id"]}))
     return {**data, "evaluation": evaluation, "training": training}
 
 
