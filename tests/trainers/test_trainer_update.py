@@ -301,15 +301,25 @@ def test_given_openings_are_trained_only_where_they_did_better_when_asked(policy
     assert metrics["batch/loss_tokens"] == sum(sum(e.trajectory.loss_mask) for e in episodes) - 2 * sum(worse)
 
 
+def _first_turns_reporting(episodes, **info):
+    """``episodes`` with these step-info counts added to every first turn (as the environment reports them)."""
+    return [dataclasses.replace(e, turns=[{**t, "info": {**t["info"], **info}} if i == 0 else t for i, t in enumerate(e.turns)]) for e in episodes]
+
+
+def _always_trained_like_any_turn(policy, episodes, marked, base: GRPOSection) -> list[torch.Tensor]:
+    """Plain GRPO's update of ``episodes``, checked equal to that of ``marked`` (the options at
+    ``always`` ignore the marks); returns it."""
+    _, plain = run_update(policy, episodes, base, reference=False)
+    _, always = run_update(policy, marked, base, reference=False)
+    assert all(torch.equal(a, b) for a, b in zip(always, plain, strict=True))  # "always": trained like any turn
+    return plain
+
+
 def test_malformed_turns_are_trained_only_where_they_did_worse_when_asked(policy, episodes) -> None:
     # Every first turn marked as holding a malformed call (as the environment's step info reports it).
-    malformed = [
-        dataclasses.replace(e, turns=[{**t, "info": {**t["info"], "turn_format_errors": 1}} if i == 0 else t for i, t in enumerate(e.turns)]) for e in episodes
-    ]
+    malformed = _first_turns_reporting(episodes, turn_format_errors=1)
     base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
-    _, plain = run_update(policy, episodes, base, reference=False)
-    _, always = run_update(policy, malformed, base, reference=False)
-    assert all(torch.equal(a, b) for a, b in zip(always, plain, strict=True))  # "always": trained like any turn
+    plain = _always_trained_like_any_turn(policy, episodes, malformed, base)
     metrics, update = run_update(policy, malformed, dataclasses.replace(base, format_errors_in_loss="when_worse"), reference=False)
     # The same update as plain GRPO's on trajectories whose first turn is masked where the
     # episode's advantage is not below 0.
@@ -335,13 +345,9 @@ def test_malformed_turns_are_trained_only_where_they_did_worse_when_asked(policy
 def test_turns_after_a_failed_call_are_trained_only_where_they_did_better_when_asked(policy, episodes) -> None:
     # Every first turn marked as having had a failed call (as the environment's step info reports
     # a fault): the turns after it are the ones the option concerns.
-    failed = [
-        dataclasses.replace(e, turns=[{**t, "info": {**t["info"], "turn_tool_errors": 1}} if i == 0 else t for i, t in enumerate(e.turns)]) for e in episodes
-    ]
+    failed = _first_turns_reporting(episodes, turn_tool_errors=1)
     base = GRPOSection(kl_coef=0.0, micro_batch_size=2 * GROUP)
-    _, plain = run_update(policy, episodes, base, reference=False)
-    _, always = run_update(policy, failed, base, reference=False)
-    assert all(torch.equal(a, b) for a, b in zip(always, plain, strict=True))  # "always": trained like any turn
+    plain = _always_trained_like_any_turn(policy, episodes, failed, base)
     metrics, update = run_update(policy, failed, dataclasses.replace(base, after_error_in_loss="when_better"), reference=False)
     # The same update as plain GRPO's on trajectories whose later turns are masked where the
     # episode's advantage is not above 0; the first turn (no failed call before it) stays.
