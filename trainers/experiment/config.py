@@ -229,16 +229,14 @@ def load_experiment(path: str | Path, *, output_dir: str | None = None, seeds: S
             config = CONFIG_ADAPTER.validate_python({**dataclasses.asdict(config), **changes})
     except ValidationError as exc:
         raise config_error(exc, ExperimentConfig, "experiment configuration") from None
-    try:
-        train_config_for(config, SFT, config.seeds[0], [], [], Path(config.output_dir))  # the trainer checks its part now
-    except ConfigError as exc:  # named as the experiment file names them
-        raise ConfigError.listing("experiment configuration", [_in_training(problem) for problem in exc.problems]) from None
-    # And every arm's GRPO phase, before the hours of the phases that precede it.
-    for arm, change in {GRPO: None, **config.ablations}.items():
+    # The trainer checks its part now, every phase's (the SFT phase, GRPO's and each arm's), before
+    # the hours of the phases that precede a later one.
+    phases = [(SFT, None, None), (GRPO, None, None), *((GRPO, arm, change) for arm, change in config.ablations.items())]
+    for phase, arm, change in phases:
         try:
-            train_config_for(config, GRPO, config.seeds[0], [], [], Path(config.output_dir), change=change)
-        except ConfigError as exc:
-            named = [_in_training(problem) if change is None else _in_arm(arm, problem) for problem in exc.problems]
+            train_config_for(config, phase, config.seeds[0], [], [], Path(config.output_dir), change=change)
+        except ConfigError as exc:  # named as the experiment file names them
+            named = [_in_training(problem) if arm is None else _in_arm(arm, problem) for problem in exc.problems]
             raise ConfigError.listing("experiment configuration", named) from None
     return config
 
