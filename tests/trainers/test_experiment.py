@@ -544,6 +544,22 @@ def test_the_main_jobs_grpo_arms_are_the_exploration_arms_they_are_pooled_with(t
     assert plain.grpo.after_error_in_loss == "always"
 
 
+@pytest.mark.parametrize("name", ["learning_mockapi_cpu.yaml", "learning_refund_cpu.yaml"])
+def test_the_suites_other_environments_train_with_the_main_jobs_grpo_and_control(name, tmp_path) -> None:
+    # One protocol for the three environments: the GRPO recipe and its control are the main job's;
+    # only the environment's own budgets (steps, lengths, batch sizes) may differ.
+    from agentgym.trainers.experiment.config import GRPO, train_config_for
+
+    main, other = (load_experiment(_SHIPPED_EXPERIMENTS / file) for file in ("learning_cpu.yaml", name))
+    ours, theirs = (train_config_for(config, GRPO, 7, [], [], tmp_path) for config in (main, other))
+    recipe = ("kl_coef", "filter_degenerate", "sft_coef", "openings_in_loss", "sft_when_degenerate", "after_error_in_loss", "train_on_env_tokens")
+    assert {key: getattr(theirs.grpo, key) for key in recipe} == {key: getattr(ours.grpo, key) for key in recipe}
+    assert theirs.rollout.error_tool_exploration == ours.rollout.error_tool_exploration == 0.5
+    assert theirs.optim.lr == ours.optim.lr and theirs.rollout.temperature == ours.rollout.temperature
+    assert other.controls == main.controls == {"grpo": "sft_continued"}
+    assert other.ablations["sft_continued"] == main.ablations["sft_continued"]
+
+
 def test_an_arms_demonstrations_are_the_sft_phases_tasks(tmp_path) -> None:
     from agentgym.trainers.experiment.config import GRPO, train_config_for
 
