@@ -298,6 +298,33 @@ def test_a_stopped_run_records_its_time_and_stops_its_workers(tiny_model_dir, tm
     assert not any(alive(pid) for pid in workers)
 
 
+def test_a_killed_session_keeps_its_wall_time_and_the_resumed_run_counts_both(tiny_model_dir, tmp_path) -> None:
+    # SIGKILL (a machine's session ending) leaves no chance to clean up: the wall time written as
+    # each phase finished must survive it, and the run that resumes adds its own session.
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    config = _config(tiny_model_dir, tmp_path / "results") | {"jobs": 2, "seeds": [0]}
+    path = tmp_path / "experiment.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code = f"import letters_env, sys; from agentgym.cli import main; sys.exit(main(['experiment', {str(path)!r}]))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+    assert process.stderr is not None
+    for line in process.stderr:
+        if line.startswith("finished"):
+            break
+    os.killpg(process.pid, signal.SIGKILL)  # the command and its workers, as a session's end does
+    process.wait(timeout=60)
+    killed = json.loads((tmp_path / "results" / "timings.json").read_text())
+    assert killed["sessions"] == 1 and killed["wall_seconds"] > 0 and killed["phase_seconds"]
+    summary = run_experiment(load_experiment(path), log=lambda line: None)
+    assert summary["sessions"] == 2 and summary["wall_seconds"] > killed["wall_seconds"]
+    assert f"wall time {summary['wall_seconds'] / 60:.1f} min over 2 sessions (a resumed run)." in (tmp_path / "results" / "results.md").read_text()
+
+
 def test_bad_experiment_files_are_clear_errors(tiny_model_dir, tmp_path) -> None:
     def load(change: dict) -> None:
         path = tmp_path / "x.yaml"

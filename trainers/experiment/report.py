@@ -74,7 +74,7 @@ def results_markdown(summary: Mapping[str, Any], episodes: Mapping[str, Sequence
         f"# Learning experiment: {summary['env_id']}",
         "",
         f"Model `{summary['model']}`; seeds {summary['seeds']}; commit {', '.join(f'`{c}`' for c in summary['commits']) or 'unknown'}; "
-        f"wall time {summary['wall_seconds'] / 60:.1f} min.",
+        f"wall time {summary['wall_seconds'] / 60:.1f} min{_sessions(summary)}.",
         f"Evaluation: {len(summary['eval_task_ids'])} held-out tasks x {trials} trial(s) (environment seeds) = "
         f"{ev['episodes_per_model']} episodes per model, temperature {ev['temperature']:g}, environment options {ev['env_kwargs']}.",
         f"Training tasks: {len(summary['sft_task_ids'])} for SFT demonstrations, {len(summary['train_task_ids'])} for GRPO "
@@ -151,6 +151,12 @@ def _delta_lines(summary: Mapping[str, Any]) -> list[str]:
                 + (f"; per seed {per_seed}" if per_seed else "")
             )
     return lines
+
+
+def _sessions(summary: Mapping[str, Any]) -> str:
+    """How many sessions the wall time adds up, when a resumed run took more than one."""
+    sessions = summary.get("sessions")
+    return f" over {sessions} sessions (a resumed run)" if sessions and sessions > 1 else ""
 
 
 def _protocol_lines(summary: Mapping[str, Any]) -> list[str]:

@@ -28,6 +28,9 @@ from agentgym.trainers.memory import EPISODE_TOKENS, MemoryBudget, available_mem
 
 __all__ = ["run_experiment"]
 
+WALL_TIME_WRITES_SECONDS = 60.0
+"""How often a run writes its wall time so far: a session killed outright loses at most this much."""
+
 
 def run_experiment(
     config: ExperimentConfig, *, arms: Sequence[str] | None = None, log: Callable[[str], None] = print, progress: ProgressReport | None = None
@@ -94,7 +97,9 @@ def _run_phases(
     out = Path(config.output_dir)
     todo = [p for p in phases if not p.finished(out)]
     progress.phase("phases", len(phases), completed=len(phases) - len(todo))
-    started = time.perf_counter()
+    if not todo:
+        return
+    timings.start_session()
     try:
         if config.jobs == 1:
             for phase in todo:
@@ -103,7 +108,7 @@ def _run_phases(
             return
         _run_in_workers(config, tasks, todo, timings, log, progress)
     finally:
-        timings.add_wall(time.perf_counter() - started)
+        timings.tick()
 
 
 def _run_in_workers(
@@ -143,7 +148,8 @@ def _run_in_workers(
                 todo.remove(phase)
                 log(f"started {phase.name} ({threads} thread{'s' * (threads > 1)}, estimated peak {budget.estimate(phase.kind) / 2**30:.1f} GiB)")
                 running[pool.submit(_run_phase_in_worker, threads, config, tasks, phase)] = phase
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            done, _ = wait(running, timeout=WALL_TIME_WRITES_SECONDS, return_when=FIRST_COMPLETED)
+            timings.tick()
             for future in done:
                 phase = running.pop(future)
                 try:

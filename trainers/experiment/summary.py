@@ -72,6 +72,7 @@ def summarize_experiment(out: str | Path) -> dict[str, Any]:
     summary["phase_seconds"] = timings.phases
     summary["phase_peak_mib"] = timings.peaks
     summary["wall_seconds"] = timings.wall
+    summary["sessions"] = timings.sessions
     (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n", encoding="utf-8")
     plots = write_plots(summary, out / "plots")
     (out / "results.md").write_text(results_markdown(summary, episodes, plots, out), encoding="utf-8")
