@@ -27,8 +27,8 @@ fi
 # open with a call to a random tool, and the turn right after a failed call is trained only where it
 # did better), and every arm (base, SFT, GRPO, and GRPO's control: the same extra SFT steps without
 # rewards) is evaluated on held-out test tasks, over 3 training seeds no configuration choice was
-# made on. About 65 minutes on 2 CPU cores; results in runs/learning/results.md. On its reported
-# seeds 40-42 GRPO beat SFT by +23.9 points [+17.3, +31.4] (every seed learned the retry; malformed
-# calls rose above SFT's on two seeds); protocol v3 (seeds 37-39) had found +1.3 [-0.7, +3.9]
+# made on. About 65 minutes on 2 CPU cores; results in runs/learning/results.md. On these seeds
+# (40-42) GRPO beat SFT by +23.9 points [+17.3, +31.4]; over six reported seeds (40-45) by +13.7
+# [+10.3, +17.5], three of six learning the retry; malformed calls rose above SFT's on three seeds
 # (docs/results.md). An interrupted run resumes where it stopped when started again.
 agentgym experiment trainers/configs/experiments/learning_cpu.yaml
