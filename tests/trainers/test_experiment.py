@@ -778,3 +778,21 @@ def test_evaluation_records_count_the_faults_each_environment_reports(info) -> N
     record = {"task_id": "t", "seed": 3, "success": True, "reward": 1.0, "turns": 2, "messages": [{"role": "system", "content": ""}], "steps": [{"info": info}]}
     episode = SimpleNamespace(record=record, stop_reason="done", trajectory=SimpleNamespace(loss_mask=(0, 1, 1), token_ids=(1, 2, 3)))
     assert _eval_record(episode, arm="sft", seed=0, trial=0, split="test")["faults"] == 2
+
+
+@pytest.mark.parametrize("name", sorted(path.name for path in _SHIPPED_EXPERIMENTS.glob("*.yaml")))
+def test_the_turn_budget_fits_every_demonstrated_turn(name, tokenizer) -> None:
+    # A demonstrated call longer than max_new_tokens is cut off unterminated in every rollout and
+    # evaluation (MockAPI-v0's ticket creation was, at 128 tokens), whatever SFT taught.
+    from agentgym.trainers.config import SFTSection
+    from agentgym.trainers.experiment.config import task_id_of
+    from agentgym.trainers.experiment.run import _pick
+    from agentgym.trainers.sft import assistant_text, demonstration_records
+
+    config = load_experiment(_SHIPPED_EXPERIMENTS / name)
+    tasks = [task_id_of(t) for t in _pick(config.env_id, config.sft_tasks, config.seeds[0], exclude=[])][:32]
+    sft_kwargs = config.training["sft"].get("env_kwargs", {})
+    records = demonstration_records(config.env_id, SFTSection(), tasks, split=config.sft_tasks.splits[0], seed=0, env_kwargs=sft_kwargs)
+    turns = [assistant_text(m) for r in records for m in r["messages"] if m["role"] == "assistant"]
+    longest = max(len(tokenizer(text)["input_ids"]) + 1 for text in turns)  # + the end-of-turn token
+    assert turns and longest <= config.training["rollout"]["max_new_tokens"]
