@@ -4,6 +4,7 @@ run, and each phase process's peak resident memory."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -52,4 +53,8 @@ class PhaseTimings:
             before, started = self._session
             self.wall = before + time.perf_counter() - started
         data = {"phase_seconds": self.phases, "phase_peak_mib": self.peaks, "wall_seconds": self.wall, "sessions": self.sessions}
-        self.path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        # Written aside and renamed: a session killed mid-write (it writes every minute) leaves the
+        # previous file whole, never a truncated one the resumed run cannot read.
+        partial = self.path.with_name(f".{self.path.name}.partial")
+        partial.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        os.replace(partial, self.path)
