@@ -18,7 +18,10 @@ optimiser state, the key/value buffers' peak, the largest logits tensor, and the
 activations, the allocator, Python), the peak of each stage of the phase, and the run folder's
 size; then the new/old ratios and how many trajectories both paths sampled identically.
 ``--paths previous new`` compares today's with the previous round's (each row's pass keeping its
-graph instead of running its decoder layers again in its backward).
+graph instead of running its decoder layers again in its backward); ``--paths exact-rows new``
+with today's code whose row passes stop at each row's last needed position instead of a multiple
+of ``ROW_LENGTH_MULTIPLE`` tokens (rows of ever new lengths: the allocator's and oneDNN's memory
+grow from step to step; use ``--grpo-steps 5`` or more to see it).
 
     python benchmarks/bench_memory.py                                   # all three phases, both paths
     python benchmarks/bench_memory.py --phases grpo --sft-model PATH    # GRPO from a given model
@@ -57,6 +60,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import itertools
 import json
 import multiprocessing
 import os
@@ -72,7 +76,7 @@ from pathlib import Path
 from typing import Any
 
 PHASES = ("sft", "grpo", "eval")
-PATHS = ("old", "previous", "new")
+PATHS = ("old", "previous", "exact-rows", "new")
 EXPERIMENT = Path(__file__).resolve().parents[1] / "trainers" / "configs" / "experiments" / "learning_cpu.yaml"
 MIB = 2**20
 
@@ -149,13 +153,17 @@ def _folder_bytes(path: Path) -> int:
 def _use_path(path: str) -> None:
     """Switch this process to the path before (``old``: whole-micro-batch backward over a prefix
     pass that keeps its activations, one logits tensor a pass, doubling key/value buffers with the
-    shared prompt in every row, AdamW moments in memory), to the previous round's (``previous``: each row's pass keeps its graph
-    instead of running its layers again in backward) or leave today's defaults (``new``)."""
+    shared prompt in every row, AdamW moments in memory), to an earlier round's (``previous``: each row's pass keeps its graph
+    instead of running its layers again in backward; ``exact-rows``: each row's pass stops at its last needed position)
+    or leave today's defaults (``new``). Every path but ``new`` runs the rows to their exact lengths."""
     if path == "new":
         return
     from agentgym.models import hf
     from agentgym.trainers import memory, modeling
 
+    modeling.ROW_LENGTH_MULTIPLE = 1
+    if path == "exact-rows":
+        return
     modeling.RECOMPUTE_ROW_LAYERS = False
     if path == "previous":
         return
@@ -296,25 +304,25 @@ def _run_child(args: argparse.Namespace, phase: str, path: str, work: Path) -> M
 
 
 def _print(measurements: list[Measurement]) -> None:
-    print(f"{'phase':<6} {'path':<4} {'peak MiB':>9} {'s':>7} {'weights':>8} {'grads':>7} {'optim':>7} {'KV':>7} {'logp':>7} {'rest':>7} {'folder':>8}")
+    print(f"{'phase':<6} {'path':<10} {'peak MiB':>9} {'s':>7} {'weights':>8} {'grads':>7} {'optim':>7} {'KV':>7} {'logp':>7} {'rest':>7} {'folder':>8}")
     for m in measurements:
         known = m.weights + m.grads + m.optimizer + m.kv_peak + m.logprob_peak
         print(
-            f"{m.phase:<6} {m.path:<4} {m.peak_rss / MIB:>9.0f} {m.seconds:>7.1f} {m.weights / MIB:>8.0f} {m.grads / MIB:>7.0f} "
+            f"{m.phase:<6} {m.path:<10} {m.peak_rss / MIB:>9.0f} {m.seconds:>7.1f} {m.weights / MIB:>8.0f} {m.grads / MIB:>7.0f} "
             f"{m.optimizer / MIB:>7.0f} {m.kv_peak / MIB:>7.0f} {m.logprob_peak / MIB:>7.0f} {(m.peak_rss - known) / MIB:>7.0f} {m.run_folder / MIB:>8.0f}"
         )
     print("peak resident MiB by stage:")
     for m in measurements:
         stages = ", ".join(f"{stage} {peak / MIB:.0f}" for stage, peak in m.stages.items())
-        print(f"  {m.phase:<6} {m.path:<4} {stages}")
+        print(f"  {m.phase:<6} {m.path:<10} {stages}")
     by_key = {(m.phase, m.path): m for m in measurements}
-    for phase in PHASES:
-        old, new = by_key.get((phase, "old")), by_key.get((phase, "new"))
+    for phase, before in itertools.product(PHASES, PATHS[:-1]):
+        old, new = by_key.get((phase, before)), by_key.get((phase, "new"))
         if old is None or new is None:
             continue
         same = sum(a == b for a, b in zip(old.tokens, new.tokens, strict=False))
         print(
-            f"{phase}: new/old peak memory {new.peak_rss / old.peak_rss:.2f}x, speed {old.seconds / new.seconds:.2f}x, "
+            f"{phase}: new/{before} peak memory {new.peak_rss / old.peak_rss:.2f}x, speed {old.seconds / new.seconds:.2f}x, "
             f"run folder {new.run_folder / max(old.run_folder, 1):.2f}x; same tokens {same}/{max(len(old.tokens), len(new.tokens))}"
         )
 
@@ -418,7 +426,7 @@ def _measure_experiment(args: argparse.Namespace) -> None:
             peaks[path] = _watch(command, env={**os.environ, PATH_VARIABLE: path})
             if peaks[path].returncode != 0:
                 sys.exit(f"the experiment on the {path} path failed (exit code {peaks[path].returncode})")
-    print(f"{'path':<4} {'summed peak MiB':>16} {'largest process MiB':>20} {'s':>7}")
+    print(f"{'path':<10} {'summed peak MiB':>16} {'largest process MiB':>20} {'s':>7}")
     for path, peak in peaks.items():
         print(f"{path:<4} {peak.summed / MIB:>16.0f} {peak.largest / MIB:>20.0f} {peak.seconds:>7.1f}")
     if {"old", "new"} <= peaks.keys():
@@ -472,7 +480,11 @@ def _measure_update(args: argparse.Namespace, path: str, out: Path) -> None:
     config = experiment_config.load_experiment(EXPERIMENT, output_dir=str(out.parent / "unused"))
     if args.autocast is not None:
         config.training["autocast"] = args.autocast
-    train_config = experiment_config.train_config_for(config, "grpo", 0, [], [], out.parent / "unused", change={"grpo": {"filter_degenerate": False}})
+    # The synthetic episodes have no turns: the options that keep some turns' tokens out of the loss have none to find.
+    every_token = dict.fromkeys(("openings_in_loss", "format_errors_in_loss", "call_prefix_in_loss", "call_closing_in_loss", "after_error_in_loss"), "always")
+    train_config = experiment_config.train_config_for(
+        config, "grpo", 0, [], [], out.parent / "unused", change={"grpo": {"filter_degenerate": False, **every_token}}
+    )
     policy, tokenizer = modeling.load_policy(None)
     optimizer, scheduler = modeling.make_optimizer(policy, train_config.optim, 10)
     for p in modeling.trainable_parameters(policy):  # the moments exist, as in every step after the first
@@ -515,12 +527,12 @@ def _update_benchmark(args: argparse.Namespace) -> None:
                 if process.exitcode != 0:
                     sys.exit(f"the update on the {path} path failed (exit code {process.exitcode})")
                 runs.append(UpdateRun(**json.loads(out.read_text(encoding="utf-8"))))
-    print(f"{'path':<8} {'peak MiB':>9} {'s':>7} {'CPU s':>7} {'grad norm':>12}")
+    print(f"{'path':<10} {'peak MiB':>9} {'s':>7} {'CPU s':>7} {'grad norm':>12}")
     for run in runs:
-        print(f"{run.path:<8} {run.peak_rss / MIB:>9.0f} {run.seconds:>7.1f} {run.cpu_seconds:>7.1f} {run.grad_norm:>12.6f}")
+        print(f"{run.path:<10} {run.peak_rss / MIB:>9.0f} {run.seconds:>7.1f} {run.cpu_seconds:>7.1f} {run.grad_norm:>12.6f}")
     by_path = {path: [r for r in runs if r.path == path] for path in PATHS}
     new = by_path["new"]
-    for path in ("old", "previous"):
+    for path in PATHS[:-1]:
         before = by_path[path]
         if before and new:
             peak = max(r.peak_rss for r in new) / max(r.peak_rss for r in before)
@@ -533,7 +545,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES))
     parser.add_argument(
-        "--paths", nargs="+", choices=PATHS, default=["old", "new"], help="old: before the first round; previous: before the rows ran their layers again"
+        "--paths",
+        nargs="+",
+        choices=PATHS,
+        default=["old", "new"],
+        help="old: before the first round; previous: before the rows ran their layers again; exact-rows: before the rows ran to a multiple of ROW_LENGTH_MULTIPLE",
     )
     parser.add_argument("--sft-steps", type=int, default=6)
     parser.add_argument("--grpo-steps", type=int, default=1)

@@ -48,6 +48,7 @@ __all__ = [
     "LOGPROB_CHUNK_TOKENS",
     "MIN_SHARED_PREFIX",
     "RECOMPUTE_ROW_LAYERS",
+    "ROW_LENGTH_MULTIPLE",
     "OffloadedAdamW",
     "Reference",
     "TensorBatch",
@@ -79,6 +80,16 @@ input, and in the row's backward runs the layers again one at a time, last to fi
 the shared prefix's (one layer's activations exist at a time instead of the row's: ~1.8 MB per
 token of the row for the bundled model); ``False``: the row's pass keeps its graph (the path
 before: one forward pass per row fewer)."""
+
+ROW_LENGTH_MULTIPLE = 64
+"""A row's pass runs from the end of the shared prefix to a multiple of this many tokens past it
+(the row's own later tokens or padding, which no earlier position attends to), not to its last
+needed position; ``1``: exactly to that position (the path before).
+
+Why: a CPU keeps work per tensor shape. oneDNN builds and caches a primitive per shape of a
+bfloat16 matrix product, and the allocator's freed blocks are reused only by requests that fit
+them; rows of a new length every time made both grow with every step of a GRPO phase. With
+lengths in steps of 64 the same few shapes come back, for at most 63 tokens of extra work a row."""
 
 LOGPROB_CHUNK_TOKENS: int | None = 512
 """Loss tokens whose ``[tokens, vocab]`` logits exist at once (``None``: all of a pass's).
@@ -498,11 +509,12 @@ class _RowPasses:
     Position ``p`` of row ``r`` predicts token ``p + 1``; :attr:`row` and :attr:`position` are
     those ``(r, p)`` pairs of every loss token (sorted by row, then position), :attr:`targets` the
     tokens. The first ``prefix`` tokens run once for all rows, at construction; then
-    :meth:`states` runs one row alone, from the end of the prefix to its last needed position. At
-    agent sequence lengths (hundreds of tokens per row) the matrix products stay full, and no work
-    goes to padding: a padded batch runs every row to the longest row's length, and its attention
-    reads the padded positions too (a GRPO group's continuations vary by 2-3x in length; on SQL-v0
-    about a third of the rows' own work was padding, and the update got ~10 % faster without it).
+    :meth:`states` runs one row alone, from the end of the prefix to its last needed position
+    (rounded up to :data:`ROW_LENGTH_MULTIPLE`). At agent sequence lengths (hundreds of tokens per
+    row) the matrix products stay full, and little work goes to padding: a padded batch runs every
+    row to the longest row's length, and its attention reads the padded positions too (a GRPO
+    group's continuations vary by 2-3x in length; on SQL-v0 about a third of the rows' own work was
+    padding, and the update got ~10 % faster without it).
     Rows without loss tokens do not run at all. Where the output layer is a plain linear map, the
     caller runs it on the selected hidden states only, a chunk at a time (the vocabulary is wide).
 
@@ -526,9 +538,9 @@ class _RowPasses:
         self.rows: list[int] = torch.unique_consecutive(self.row).tolist()
         self.targets = ids[self.row, self.position + 1]
         end = int(self.position.max()) + 1 if self.rows else 0  # later tokens are never an input the loss depends on
-        self._ids, self._attention = ids[:, :end], attention[:, :end]
         prefix = shared_prefix_length(batch) if share_prefix and self.rows else 0
         self.prefix = prefix if prefix >= MIN_SHARED_PREFIX else 0
+        self._ids, self._attention = _padded_columns(ids, attention, self._row_stop(end))
         config = getattr(model, "config", None)
         # transformers' methods (a peft model forwards them), which torch's annotation of Module attributes does not cover.
         get_decoder: Any = getattr(model, "get_decoder", None)
@@ -581,9 +593,13 @@ class _RowPasses:
             for hook in hooks:
                 hook.remove()
 
+    def _row_stop(self, end: int) -> int:
+        """Where a row's pass that needs the positions before ``end`` stops (see :data:`ROW_LENGTH_MULTIPLE`)."""
+        return self.prefix + -(-(end - self.prefix) // ROW_LENGTH_MULTIPLE) * ROW_LENGTH_MULTIPLE
+
     def _row_pass_inputs(self, r: int, end: int) -> dict[str, Any]:
-        """The decoder's arguments for row ``r``'s pass from the end of the prefix to ``end``."""
-        prefix, ids = self.prefix, self._ids
+        """The decoder's arguments for row ``r``'s pass from the end of the prefix past ``end`` (to :meth:`_row_stop`)."""
+        prefix, ids, end = self.prefix, self._ids, self._row_stop(end)
         inputs: dict[str, Any] = {"input_ids": ids[r : r + 1, prefix:end], "attention_mask": self._attention[r : r + 1, :end]}
         if prefix:
             # A cache object per row over the same prefix tensors: appending the row's keys and
@@ -729,6 +745,14 @@ class _RowPasses:
             hook.remove()
         if captured[0].requires_grad:
             torch.autograd.backward(captured[0], grad)
+
+
+def _padded_columns(ids: torch.Tensor, attention: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``ids`` and ``attention`` cut or right-padded to ``width`` columns (padding: token 0, not attended)."""
+    missing = width - ids.shape[1]
+    if missing <= 0:
+        return ids[:, :width], attention[:, :width]
+    return torch.nn.functional.pad(ids, (0, missing)), torch.nn.functional.pad(attention, (0, missing))
 
 
 class _StopPass(Exception):

@@ -277,6 +277,40 @@ def test_backward_by_row_gives_the_gradient_of_the_whole_batch(model, monkeypatc
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
 
 
+@pytest.mark.parametrize("share_prefix", [True, False], ids=["prefix", "no-prefix"])
+def test_rows_run_to_a_multiple_of_the_row_length_step_with_the_same_logprobs_and_gradient(model, monkeypatch, share_prefix) -> None:
+    """Each row's pass past the prefix is a multiple of ROW_LENGTH_MULTIPLE tokens long (its own
+    later tokens or padding, past the widest row too), and the logprobs, entropies and gradient
+    equal those of passes that stop at each row's last needed position (multiple 1)."""
+    from agentgym.trainers import modeling
+    from agentgym.trainers.modeling import backward_by_row
+
+    batch = grouped_batch(lengths=(9, 14, 5, 11))
+    lengths: list[int] = []
+    model.get_decoder().layers[0].register_forward_pre_hook(
+        lambda _, args, kwargs: lengths.append((args[0] if args else kwargs["hidden_states"]).shape[1]), with_kwargs=True
+    )
+
+    def run(multiple: int) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor], list[int]]:
+        monkeypatch.setattr(modeling, "ROW_LENGTH_MULTIPLE", multiple)
+        model.zero_grad()
+        lengths.clear()
+        logprobs, entropy = backward_by_row(model, batch, lambda r, row: -(row * (r + 1)).sum(), temperature=0.7, share_prefix=share_prefix, with_entropy=True)
+        return logprobs, entropy, [p.grad.clone() for p in model.parameters()], list(lengths)
+
+    exact, exact_entropy, exact_grads, exact_lengths = run(1)
+    padded, padded_entropy, padded_grads, padded_lengths = run(8)
+    prefix = shared_prefix_length(batch) if share_prefix else 0
+    row_lengths = [n for n in padded_lengths if n != prefix]
+    assert row_lengths and all(n % 8 == 0 for n in row_lengths)
+    assert max(row_lengths) > batch.input_ids.shape[1] - prefix  # the widest row is padded past the batch
+    assert sorted(set(exact_lengths) - {prefix}) != sorted(set(row_lengths))  # the exact passes had other lengths
+    torch.testing.assert_close(padded, exact, atol=1e-5, rtol=0)
+    torch.testing.assert_close(padded_entropy, exact_entropy, atol=1e-5, rtol=0)
+    for got, want in zip(padded_grads, exact_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+
+
 def test_the_rows_run_beside_a_prefix_without_activations_and_backward_runs_it_again_layer_by_layer(model) -> None:
     """The shared prefix's pass keeps no graph while the rows run (its activations would stay for
     the whole micro-batch); backward_prefix runs its decoder layers again, last to first, one
