@@ -3,9 +3,10 @@
 In the learning experiment GRPO can reinforce retrying after a seeded fault only once a sampled
 episode has done it. This measures how rare that is: it plays the experiment's GRPO training tasks
 greedily with every first ``sql`` call failing (``fault_rate: 1`` capped at one fault in a row), and
-in the turn after the fault it reads the model's next-token distribution where the call's argument
-name is chosen: ``query`` (``sql`` again: the retry) or ``text`` (``answer``: giving up with a
-guess). It prints, per model, the mean probability of the retry's token at each sampling
+in the turn after the fault it reads the model's next-token distribution where the call chooses
+its tool: the first token at which a call to ``sql`` (the retry) and a call to ``answer`` (giving
+up with a guess) differ, in the format the demonstrations write (the tool's name since
+2026-11-29; the argument's name, ``query`` or ``text``, in the format before). It prints, per model, the mean probability of the retry's token at each sampling
 temperature of ``--temperatures`` (default 0.7 and 1.0; the candidates for ``error_temperature``,
 the temperature of the turn after a failed call, are measured here), and the expected retries among a GRPO phase's fault decisions (``--decisions``: the
 experiment's 10 steps x 16 episodes at a fault rate of 0.5 meet about 80). Training tasks only; one
@@ -35,10 +36,12 @@ def main() -> None:
     parser.add_argument("--temperatures", default="0.7,1.0", help="comma-separated sampling temperatures to read P(retry) at")
     args = parser.parse_args()
 
+    import gymnasium as gym
     import torch
 
     from agentgym.models import load_model
     from agentgym.models.hf import HFBackend
+    from agentgym.rollouts.chat import ChatRenderer, common_prefix_length
     from agentgym.rollouts.runner import RolloutRunner
 
     torch.set_num_threads(args.threads)
@@ -47,10 +50,17 @@ def main() -> None:
     # failing, stopped after the turn that follows the fault.
     faults = {"fault_rate": 1.0, "max_consecutive_faults": 1}
     config = dataclasses.replace(base, temperature=0.0, group_size=1, max_turns=2, env_kwargs={**base.env_kwargs, **faults})
-    print(f"{config.num_groups} GRPO training tasks, every first sql call failing; P(retry) is the probability of 'query' over 'text'")
+    tools = gym.make(config.env_id).unwrapped.tools
     for path in args.models:
         model, tokenizer = load_model(path, device="cpu")
-        retry, give_up = (tokenizer.encode(word, add_special_tokens=False)[0] for word in ("query", "text"))
+        openings = dict(zip((t["function"]["name"] for t in tools), ChatRenderer(tokenizer, tools=tools).call_openings, strict=True))
+        at_choice = common_prefix_length(openings["sql"], openings["answer"])
+        retry, give_up = openings["sql"][at_choice], openings["answer"][at_choice]
+        if path == args.models[0]:
+            print(
+                f"{config.num_groups} GRPO training tasks, every first sql call failing; P(retry) is the probability of "
+                f"{tokenizer.decode([retry])!r} (sql) where {tokenizer.decode([give_up])!r} would call answer"
+            )
         temperatures = [float(t) for t in args.temperatures.split(",")]
         at: dict[float, list[float]] = {t: [] for t in temperatures}
         greedy_retries = 0
