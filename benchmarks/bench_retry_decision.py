@@ -3,10 +3,11 @@
 In the learning experiment GRPO can reinforce retrying after a seeded fault only once a sampled
 episode has done it. This measures how rare that is: it plays the experiment's GRPO training tasks
 greedily with every first ``sql`` call failing (``fault_rate: 1`` capped at one fault in a row), and
-in the turn after the fault it reads the model's next-token distribution where the call chooses
-its tool: the first token at which a call to ``sql`` (the retry) and a call to ``answer`` (giving
-up with a guess) differ, in the format the demonstrations write (the tool's name since
-2026-11-29; the argument's name, ``query`` or ``text``, in the format before). It prints, per model, the mean probability of the retry's token at each sampling
+in the turn after the fault (the model's own turn: no exploration) it reads the model's next-token
+distribution where a call to ``sql`` (the retry) and a call to ``answer`` (giving up with a guess)
+first differ, in the format the demonstrations write: the argument's name, ``query`` or ``text``,
+which comes before the tool's name there (so a call that opens with ``query`` may still be named
+``answer``: docs/trainer.md). It prints, per model, the mean probability of that token at each sampling
 temperature of ``--temperatures`` (default 0.7 and 1.0; the candidates for ``error_temperature``,
 the temperature of the turn after a failed call, are measured here), and the expected retries among a GRPO phase's fault decisions (``--decisions``: the
 experiment's 10 steps x 16 episodes at a fault rate of 0.5 meet about 80). Training tasks only; one
@@ -43,13 +44,15 @@ def main() -> None:
     from agentgym.models.hf import HFBackend
     from agentgym.rollouts.chat import ChatRenderer, common_prefix_length
     from agentgym.rollouts.runner import RolloutRunner
+    from agentgym.rollouts.settings import NO_EXPLORATION
 
     torch.set_num_threads(args.threads)
     base = training_episodes(args.experiment, args.tasks, args.groups, seed=1000)
     # One greedy episode per task under the experiment's environment options, every first call
     # failing, stopped after the turn that follows the fault.
     faults = {"fault_rate": 1.0, "max_consecutive_faults": 1}
-    config = dataclasses.replace(base, temperature=0.0, group_size=1, max_turns=2, env_kwargs={**base.env_kwargs, **faults})
+    # The model's own choice: no exploration opens the turn for it.
+    config = dataclasses.replace(base, temperature=0.0, group_size=1, max_turns=2, env_kwargs={**base.env_kwargs, **faults}, **NO_EXPLORATION)
     tools = gym.make(config.env_id).unwrapped.tools
     for path in args.models:
         model, tokenizer = load_model(path, device="cpu")
