@@ -271,6 +271,9 @@ class MappedFile:
     Args:
         nbytes: the file's size; :meth:`slot` hands out page-aligned pieces of it.
         folder: where the file is made: a folder on disk (see :func:`disk_folder`).
+
+    Raises:
+        OSError: the folder's disk has no room for ``nbytes`` (the file's blocks are reserved at once).
     """
 
     def __init__(self, nbytes: int, folder: Path) -> None:
@@ -278,8 +281,14 @@ class MappedFile:
 
         fd, name = tempfile.mkstemp(dir=folder, prefix=".agentgym-mapped-")
         try:
-            os.ftruncate(fd, max(nbytes, 1))
+            # The file's blocks are reserved now: a sparse file on a disk that fills up later would
+            # kill the process (SIGBUS) at the first write to a page with no block behind it.
+            # Without room it is an OSError (ENOSPC) here.
+            os.posix_fallocate(fd, 0, max(nbytes, 1))
             self._storage = torch.from_file(name, shared=True, size=max(nbytes, 1), dtype=torch.uint8)
+        except BaseException:
+            os.close(fd)
+            raise
         finally:
             os.unlink(name)
         # The descriptor stays open so that private_view can map the same file again.

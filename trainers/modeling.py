@@ -222,14 +222,27 @@ def make_optimizer(model: torch.nn.Module, optim: OptimSection, total_steps: int
     """AdamW over the trainable parameters and the warm-up + decay schedule over ``total_steps``.
 
     On a CPU the moments live on disk between steps (:class:`OffloadedAdamW`), unless
-    :func:`~agentgym.trainers.memory.optimizer_state_folder` finds no folder on disk for them."""
+    :func:`~agentgym.trainers.memory.optimizer_state_folder` finds no folder on disk for them, or
+    that disk has no room for them (then in memory, with a warning)."""
     from transformers import get_scheduler
 
     betas = cast("tuple[float, float]", tuple(optim.betas))  # a pair: the config's type, checked when it is loaded
     params = trainable_parameters(model)
     options: dict[str, Any] = {"lr": optim.lr, "betas": betas, "eps": optim.eps, "weight_decay": optim.weight_decay}
     folder = optimizer_state_folder() if all(p.device.type == "cpu" for p in params) else None
-    optimizer = OffloadedAdamW(params, folder=folder, **options) if folder is not None else torch.optim.AdamW(params, **options)
+    optimizer: torch.optim.Optimizer | None = None
+    if folder is not None:
+        try:
+            optimizer = OffloadedAdamW(params, folder=folder, **options)
+        except OSError as exc:
+            warnings.warn(
+                f"no room for the optimiser's moments on disk in {folder} ({exc.strerror or exc}): they stay in memory "
+                f"(about twice the model's weights more resident memory); free space there or set TMPDIR to a disk with room",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(params, **options)
     name = {"constant": "constant_with_warmup", "linear": "linear", "cosine": "cosine"}[optim.schedule]
     scheduler = get_scheduler(name, optimizer, num_warmup_steps=optim.warmup_steps, num_training_steps=max(total_steps, 1))
     return optimizer, scheduler

@@ -442,6 +442,33 @@ def test_mapped_tensors_leave_resident_memory_when_paged_out_and_keep_their_valu
     assert float(tensor.sum()) == 1.5 * size / 4
 
 
+@needs_disk_mapping
+def test_a_disk_without_room_for_the_moments_keeps_them_in_memory_with_a_warning(model, monkeypatch, tmp_path) -> None:
+    """The moments' file reserves its blocks when it is made: a full disk is an error there (the
+    optimiser then keeps its moments in memory and says so), never a SIGBUS at a later write to a
+    sparse page; no file or descriptor is left behind."""
+    import errno
+
+    from agentgym.trainers import memory, modeling
+    from agentgym.trainers.config import OptimSection
+
+    def no_room(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(memory.os, "posix_fallocate", no_room)
+    monkeypatch.setattr(memory, "optimizer_state_folder", lambda: tmp_path)
+    monkeypatch.setattr(modeling, "optimizer_state_folder", lambda: tmp_path)
+    open_before = len(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError, match="No space left"):
+        memory.MappedFile(2**20, tmp_path)
+    with pytest.warns(RuntimeWarning, match="no room for the optimiser's moments on disk"):
+        optimizer, _ = modeling.make_optimizer(model, OptimSection(), 2)
+    assert type(optimizer) is torch.optim.AdamW
+    assert list(tmp_path.iterdir()) == [] and len(os.listdir("/proc/self/fd")) == open_before
+    (-token_logprobs(model, grouped_batch())[0].sum()).backward()
+    optimizer.step()  # it trains
+
+
 def test_the_optimiser_step_starts_after_the_freed_memory_went_back(model, monkeypatch) -> None:
     """The step's own memory (a parameter's moments, AdamW's temporaries) must not come on top of
     the backward passes' freed blocks: they go back to the system before the step, and the step's after it."""
