@@ -71,7 +71,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -316,7 +316,7 @@ def _print(measurements: list[Measurement]) -> None:
         stages = ", ".join(f"{stage} {peak / MIB:.0f}" for stage, peak in m.stages.items())
         print(f"  {m.phase:<6} {m.path:<10} {stages}")
     by_key = {(m.phase, m.path): m for m in measurements}
-    for phase, before in itertools.product(PHASES, PATHS[:-1]):
+    for phase, before in itertools.product(PHASES, [p for p in PATHS if p != "new"]):
         old, new = by_key.get((phase, before)), by_key.get((phase, "new"))
         if old is None or new is None:
             continue
@@ -475,13 +475,14 @@ def _measure_update(args: argparse.Namespace, path: str, out: Path) -> None:
     torch.set_num_threads(args.threads)
     _use_path(path)
     from agentgym.trainers import memory, modeling, trainer
+    from agentgym.trainers.config import GRPOSection
     from agentgym.trainers.experiment import config as experiment_config
 
     config = experiment_config.load_experiment(EXPERIMENT, output_dir=str(out.parent / "unused"))
     if args.autocast is not None:
         config.training["autocast"] = args.autocast
     # The synthetic episodes have no turns: the options that keep some turns' tokens out of the loss have none to find.
-    every_token = dict.fromkeys(("openings_in_loss", "format_errors_in_loss", "call_prefix_in_loss", "call_closing_in_loss", "after_error_in_loss"), "always")
+    every_token = {option.name: "always" for option in fields(GRPOSection) if option.name.endswith("_in_loss")}
     train_config = experiment_config.train_config_for(
         config, "grpo", 0, [], [], out.parent / "unused", change={"grpo": {"filter_degenerate": False, **every_token}}
     )
@@ -532,7 +533,7 @@ def _update_benchmark(args: argparse.Namespace) -> None:
         print(f"{run.path:<10} {run.peak_rss / MIB:>9.0f} {run.seconds:>7.1f} {run.cpu_seconds:>7.1f} {run.grad_norm:>12.6f}")
     by_path = {path: [r for r in runs if r.path == path] for path in PATHS}
     new = by_path["new"]
-    for path in PATHS[:-1]:
+    for path in (p for p in PATHS if p != "new"):
         before = by_path[path]
         if before and new:
             peak = max(r.peak_rss for r in new) / max(r.peak_rss for r in before)
