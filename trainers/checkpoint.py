@@ -73,16 +73,22 @@ def save_checkpoint(
     partial = folder / f".partial-{t:06d}"
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
-    if model is not None:
-        weights = {name: p.detach().contiguous().cpu() for name, p in model.named_parameters() if p.requires_grad}
-        save_file(weights, str(partial / "weights.safetensors"))
-    if optimizer is not None and scheduler is not None:
-        torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, partial / "optimizer.pt")
-    rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    torch.save(rng, partial / "rng.pt")
-    (partial / "state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
+    try:
+        if model is not None:
+            weights = {name: p.detach().contiguous().cpu() for name, p in model.named_parameters() if p.requires_grad}
+            save_file(weights, str(partial / "weights.safetensors"))
+        if optimizer is not None and scheduler is not None:
+            torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()}, partial / "optimizer.pt")
+        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        torch.save(rng, partial / "rng.pt")
+        (partial / "state.json").write_text(json.dumps(state, indent=1), encoding="utf-8")
+    except BaseException:
+        # A full disk (or a kill) mid-write: the half-written files would only take the space the
+        # rerun needs; the previous checkpoint is untouched and the rerun resumes from it.
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
     for old in checkpoints(run_dir)[:-keep]:

@@ -3,12 +3,13 @@
 Each command is one module of this package with the same ``add_parser(commands)`` function, which
 adds its sub-command parser and sets ``run``; :data:`COMMANDS` lists them in ``agentgym --help``'s
 order. Every command turns bad input into one clear line on stderr and exit status 2, never a
-traceback. Heavy imports (torch, transformers, rich) happen only when a command runs.
+traceback; a full disk is one line too (status 1), saying how to continue. Heavy imports (torch, transformers, rich) happen only when a command runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import sys
 from collections.abc import Sequence
 
@@ -38,6 +39,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except InfraError as exc:  # a scripted episode's machinery failed (model episodes record it instead)
         print(f"agentgym: infrastructure error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # Training and experiments write checkpoints atomically, so what was finished is kept.
+        where = f" (writing {exc.filename})" if exc.filename else ""
+        print(
+            f"agentgym: error: the disk is full{where}; free some space, then run the same command again to continue "
+            "(agentgym experiment resumes by itself, agentgym train with --resume)",
+            file=sys.stderr,
+        )
         return 1
 
 

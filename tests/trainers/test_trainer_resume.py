@@ -3,6 +3,7 @@ the same metrics file and the same evaluations as the run that was never interru
 
 from __future__ import annotations
 
+import errno
 import shutil
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 from letters_env import TOY_ENV
 from safetensors.torch import load_file
 
+from agentgym.cli import main
+from agentgym.trainers import checkpoint as checkpoint_module
 from agentgym.trainers.checkpoint import checkpoints
 from agentgym.trainers.config import load_config
 from agentgym.trainers.diagnostics import read_metrics
@@ -134,3 +137,31 @@ def test_fresh_run_refuses_an_occupied_folder_and_resume_needs_a_checkpoint(unin
         train(config_for(tiny_model_dir, full))
     with pytest.raises(TrainerError, match="no checkpoint"):
         train(config_for(tiny_model_dir, tmp_path / "empty"), resume=True)
+
+
+def test_a_full_disk_ends_the_command_with_one_line_and_the_rerun_resumes(uninterrupted, tmp_path, monkeypatch, capsys) -> None:
+    """The disk fills while the third checkpoint is written: ``agentgym train`` says so in one line
+    (no traceback), leaves no half-written checkpoint, and ``--resume`` then ends where the
+    uninterrupted run ended."""
+    full, _ = uninterrupted
+    run = tmp_path / "run"
+    real_save = checkpoint_module.torch.save
+
+    def save_until_full(obj, path, *args, **kwargs):
+        if Path(path).parent.name == ".partial-000003":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_save(obj, path, *args, **kwargs)
+
+    command = ["train", "--config", str(full / "config.yaml"), "--output", str(run), "--no-progress"]
+    monkeypatch.setattr(checkpoint_module.torch, "save", save_until_full)
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.splitlines()[-1].startswith("agentgym: error: the disk is full (writing "), err
+    assert "--resume" in err.splitlines()[-1]
+    assert [c.name for c in checkpoints(run)] == ["step-000001", "step-000002"]
+    assert not list((run / "checkpoints").glob(".partial-*"))
+    monkeypatch.setattr(checkpoint_module.torch, "save", real_save)
+    assert main([*command, "--resume"]) == 0
+    expected, got = weights(full), weights(run)
+    assert all((expected[name] == got[name]).all() for name in expected)
+    assert learning_record(run) == learning_record(full)
