@@ -21,7 +21,9 @@ size; then the new/old ratios and how many trajectories both paths sampled ident
 graph instead of running its decoder layers again in its backward); ``--paths exact-rows new``
 with today's code whose row passes stop at each row's last needed position instead of a multiple
 of ``ROW_LENGTH_MULTIPLE`` tokens (rows of ever new lengths: the allocator's and oneDNN's memory
-grow from step to step; use ``--grpo-steps 5`` or more to see it).
+grow from step to step; use ``--grpo-steps 5`` or more to see it); ``--paths untrimmed-rows new``
+with today's code that hands the allocator's free pages back only after the optimiser step, not
+after each row's backward.
 
     python benchmarks/bench_memory.py                                   # all three phases, both paths
     python benchmarks/bench_memory.py --phases grpo --sft-model PATH    # GRPO from a given model
@@ -76,7 +78,7 @@ from pathlib import Path
 from typing import Any
 
 PHASES = ("sft", "grpo", "eval")
-PATHS = ("old", "previous", "exact-rows", "new")
+PATHS = ("old", "previous", "exact-rows", "untrimmed-rows", "new")
 EXPERIMENT = Path(__file__).resolve().parents[1] / "trainers" / "configs" / "experiments" / "learning_cpu.yaml"
 MIB = 2**20
 
@@ -154,13 +156,17 @@ def _use_path(path: str) -> None:
     """Switch this process to the path before (``old``: whole-micro-batch backward over a prefix
     pass that keeps its activations, one logits tensor a pass, doubling key/value buffers with the
     shared prompt in every row, AdamW moments in memory), to an earlier round's (``previous``: each row's pass keeps its graph
-    instead of running its layers again in backward; ``exact-rows``: each row's pass stops at its last needed position)
-    or leave today's defaults (``new``). Every path but ``new`` runs the rows to their exact lengths."""
+    instead of running its layers again in backward; ``exact-rows``: each row's pass stops at its last needed position;
+    ``untrimmed-rows``: the allocator's free pages go back to the system only after the optimiser step, not after each row)
+    or leave today's defaults (``new``). Each path has the changes of the paths after it undone too."""
     if path == "new":
         return
     from agentgym.models import hf
     from agentgym.trainers import memory, modeling
 
+    modeling.TRIM_BETWEEN_ROWS = False
+    if path == "untrimmed-rows":
+        return
     modeling.ROW_LENGTH_MULTIPLE = 1
     if path == "exact-rows":
         return
@@ -550,7 +556,8 @@ def main() -> None:
         nargs="+",
         choices=PATHS,
         default=["old", "new"],
-        help="old: before the first round; previous: before the rows ran their layers again; exact-rows: before the rows ran to a multiple of ROW_LENGTH_MULTIPLE",
+        help="old: before the first round; previous: before the rows ran their layers again; exact-rows: before the rows ran to a multiple of ROW_LENGTH_MULTIPLE; "
+        "untrimmed-rows: before the free pages went back to the system after each row",
     )
     parser.add_argument("--sft-steps", type=int, default=6)
     parser.add_argument("--grpo-steps", type=int, default=1)

@@ -49,6 +49,7 @@ __all__ = [
     "MIN_SHARED_PREFIX",
     "RECOMPUTE_ROW_LAYERS",
     "ROW_LENGTH_MULTIPLE",
+    "TRIM_BETWEEN_ROWS",
     "OffloadedAdamW",
     "Reference",
     "TensorBatch",
@@ -90,6 +91,16 @@ Why: a CPU keeps work per tensor shape. oneDNN builds and caches a primitive per
 bfloat16 matrix product, and the allocator's freed blocks are reused only by requests that fit
 them; rows of a new length every time made both grow with every step of a GRPO phase. With
 lengths in steps of 64 the same few shapes come back, for at most 63 tokens of extra work a row."""
+
+TRIM_BETWEEN_ROWS = True
+""":func:`backward_by_row` hands the C allocator's free pages back to the system after each row's
+backward (:func:`~agentgym.trainers.memory.return_freed_memory`); ``False``: only after the
+optimiser step (the path before).
+
+Why: a row's forward and backward free hundreds of MB of activations, logits and the output
+layer's gradient, and glibc keeps those blocks for reuse; the next row's requests fit them badly,
+so the process grew by up to ~300 MiB over a GRPO update's rows (the update's peak, docs/trainer.md).
+No arithmetic changes."""
 
 LOGPROB_CHUNK_TOKENS: int | None = 512
 """Loss tokens whose ``[tokens, vocab]`` logits exist at once (``None``: all of a pass's).
@@ -466,6 +477,8 @@ def backward_by_row(
         row_logprobs = torch.zeros(1, logprobs.shape[1], dtype=torch.float32, device=logprobs.device).index_put((torch.zeros_like(columns), columns), picked)
         row_loss(r, row_logprobs).backward()
         passes.backward_row()
+        if TRIM_BETWEEN_ROWS:
+            return_freed_memory()
         logprobs[r, columns] = picked.detach()
         if entropy is not None:
             entropy[r, columns] = picked_entropy

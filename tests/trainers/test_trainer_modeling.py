@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from dataclasses import replace
 from unittest import mock
 
 import pytest
@@ -483,6 +484,36 @@ def test_the_optimiser_step_starts_after_the_freed_memory_went_back(model, monke
     (-token_logprobs(model, grouped_batch())[0].sum()).backward()
     modeling.clip_and_step(model, optimizer, scheduler, 1.0)
     assert events == ["trim", "step", "trim"]
+
+
+def test_each_rows_backward_is_followed_by_the_freed_memory_going_back(model, monkeypatch) -> None:
+    """A row's freed activations go back to the system before the next row's pass (their blocks fit
+    its requests badly), once per row that has loss tokens; the gradient is what it was without."""
+    from agentgym.trainers import modeling
+    from agentgym.trainers.modeling import backward_by_row
+
+    batch = grouped_batch(lengths=(9, 14, 5, 11))
+    batch = replace(batch, loss_mask=batch.loss_mask.clone())
+    batch.loss_mask[2] = False  # no loss tokens: the row does not run
+    events: list[str] = []
+    monkeypatch.setattr(modeling, "return_freed_memory", lambda: events.append("trim"))
+    model.get_decoder().layers[0].register_forward_pre_hook(lambda *_: events.append("pass"))
+
+    def run(trim: bool) -> list[torch.Tensor]:
+        monkeypatch.setattr(modeling, "TRIM_BETWEEN_ROWS", trim)
+        model.zero_grad()
+        events.clear()
+        backward_by_row(model, batch, lambda r, row: -(row * (r + 1)).sum(), share_prefix=True)
+        return [p.grad.clone() for p in model.parameters()]
+
+    untrimmed = run(False)
+    assert "trim" not in events
+    trimmed = run(True)
+    # Each of the three rows: its pass, its layers again in backward, then the trim (the prefix's passes come first and last).
+    rows = "".join("t" if e == "trim" else "p" for e in events)
+    assert rows.count("t") == 3 and "tt" not in rows and not rows.startswith("t"), rows
+    for got, want in zip(trimmed, untrimmed, strict=True):
+        assert torch.equal(got, want)
 
 
 def test_a_training_process_bounds_onednns_primitive_cache_unless_told_otherwise(monkeypatch) -> None:
