@@ -21,14 +21,15 @@ fi
 
 [ "${1:-}" = "--no-run" ] && exit 0
 
-# The main job: the learning experiment (protocol v4). The bundled SmolLM2-135M-Instruct is
+# The main job: the learning experiment (protocol v5). The bundled SmolLM2-135M-Instruct is
 # fine-tuned to convergence on fault-free oracle demonstrations (SFT), then trained with masked GRPO
 # under seeded tool faults (the SFT loss kept in every update; after a failed call, half the turns
 # open with a call to a random tool, and the turn right after a failed call is trained only where it
 # did better), and every arm (base, SFT, GRPO, and GRPO's control: the same extra SFT steps without
-# rewards) is evaluated on held-out test tasks, over 3 training seeds no configuration choice was
-# made on. About 65 minutes on 2 CPU cores; results in runs/learning/results.md. On these seeds
-# (40-42) GRPO beat SFT by +23.9 points [+17.3, +31.4]; over six reported seeds (40-45) by +13.7
-# [+10.3, +17.5], three of six learning the retry; malformed calls rose above SFT's on three seeds
-# (docs/results.md). An interrupted run resumes where it stopped when started again.
+# rewards) is evaluated on held-out test tasks, over 3 training seeds (46-48) no configuration choice
+# was made on and no run has used yet. About 65 minutes on 2 CPU cores; results in
+# runs/learning/results.md. v5 writes tool calls name first; on development seeds it learned the
+# retry on all six (v4: three), GRPO - SFT +26 to +33 points a seed. Protocol v4's reported figures:
+# +13.7 points [+10.3, +17.5] over seeds 40-45 (docs/results.md). An interrupted run resumes where
+# it stopped when started again.
 agentgym experiment trainers/configs/experiments/learning_cpu.yaml

@@ -67,8 +67,12 @@ class ParsedAction:
 
 
 def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
-    """Render a call in the text format this module parses (used by scripted policies)."""
-    payload = json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False, sort_keys=True)
+    """Render a call in the text format this module parses (used by scripted policies).
+
+    The name comes first, as the tool instructions show it (:func:`agentgym.rollouts.chat.tool_system_prompt`):
+    a model imitating these calls chooses the tool before writing its arguments, so a call's opening
+    (``rollout.error_tool_exploration``) fixes the tool. The arguments' keys are sorted."""
+    payload = f'{{"name": {json.dumps(name, ensure_ascii=False)}, "arguments": {json.dumps(arguments, ensure_ascii=False, sort_keys=True)}}}'
     return f"{TOOL_CALL_OPEN}{payload}{TOOL_CALL_CLOSE}"
 
 

@@ -38,9 +38,9 @@ def _episode(tokenizer: Any, **settings: Any) -> TokenEpisode:
 def test_call_openings_end_at_each_tools_first_argument_name(default_tokenizer: Any) -> None:
     episode = _episode(default_tokenizer)
     openings = episode.renderer.call_openings
-    # SQL-v0's tools in their order: answer(text), sql(query); keys sorted, so arguments come first.
+    # SQL-v0's tools in their order: answer(text), sql(query); the name comes first, so an opening fixes the tool.
     texts = [default_tokenizer.decode(o) for o in openings]
-    assert texts == ['<tool_call>{"arguments": {"text', '<tool_call>{"arguments": {"query']
+    assert texts == ['<tool_call>{"name": "answer", "arguments": {"text', '<tool_call>{"name": "sql", "arguments": {"query']
     # Each is the start of its whole call's own tokens, so the model continues as it would have.
     for opening, name, key in zip(openings, ("answer", "sql"), ("text", "query"), strict=True):
         whole = default_tokenizer.encode(format_tool_call(name, {key: "x"}), add_special_tokens=False)
@@ -49,7 +49,7 @@ def test_call_openings_end_at_each_tools_first_argument_name(default_tokenizer: 
 
 def test_the_call_prefix_is_what_every_call_begins_with(default_tokenizer: Any) -> None:
     renderer = _episode(default_tokenizer).renderer
-    assert default_tokenizer.decode(renderer.call_prefix) == '<tool_call>{"arguments": {"'
+    assert default_tokenizer.decode(renderer.call_prefix) == '<tool_call>{"name": "'
     for opening in renderer.call_openings:
         assert opening[: len(renderer.call_prefix)] == renderer.call_prefix
     # With a single tool, its whole opening is shared.
@@ -67,14 +67,14 @@ def _tool(name: str, *arguments: str) -> dict[str, Any]:
 
 def test_a_call_closing_is_what_every_call_to_its_tool_ends_with(default_tokenizer: Any) -> None:
     renderer = _episode(default_tokenizer).renderer
-    # SQL-v0: the argument's name already tells answer from sql, so each closing holds its name.
+    # SQL-v0: the name came first, so a call closes after its arguments' last value.
     texts = [default_tokenizer.decode(c) for c in renderer.call_closings]
-    assert texts == [' "name": "answer"}</tool_call>', ' "name": "sql"}</tool_call>']
-    # Tools that open alike (the same first argument) or take none: their name is a choice, left out.
+    assert texts == ["}}</tool_call>", "}}</tool_call>"]
+    # A tool without arguments: its whole call is the same every time; the closing starts after its name (a choice).
     tools = [_tool("get_order", "order_id"), _tool("cancel_order", "order_id"), _tool("search", "query"), _tool("stop")]
     other = ChatRenderer(default_tokenizer, tools=tools)
     texts = [default_tokenizer.decode(c) for c in other.call_closings]
-    assert texts == ['"}</tool_call>', '"}</tool_call>', ' "name": "search"}</tool_call>', '"}</tool_call>']
+    assert texts == ["}}</tool_call>", "}}</tool_call>", "}}</tool_call>", '", "arguments": {}}</tool_call>']
     assert other.call_format.closings == other.call_closings and other.call_format.prefix == other.call_prefix
     # Each closing is the last tokens of a call to its tool, whatever its arguments' values.
     for tool, closing in zip(tools, other.call_closings, strict=True):
@@ -109,7 +109,7 @@ def test_the_turn_after_a_failed_call_opens_with_a_random_tool(default_tokenizer
         episode.add_generation(rest)
     sql = next(seed for seed, o in drawn.items() if o == openings[1])
     episode.sampling_params(seed=sql)
-    tail = default_tokenizer.encode('": "SELECT 1"}, "name": "sql"}</tool_call>', add_special_tokens=False)
+    tail = default_tokenizer.encode('": "SELECT 1"}}</tool_call>', add_special_tokens=False)
     episode.play_turn([*episode.opening_ids, *tail])
     turn = episode.turns[-1]
     assert turn["opening_tokens"] == len(openings[1]) and episode.opening_ids == ()
@@ -157,9 +157,9 @@ class _CompletesCalls:
             self.prompts.append(tuple(prompt))
             tail = self.tokenizer.decode(prompt[-3:])
             if tail.endswith("query"):
-                text = '": "SELECT 1"}, "name": "sql"}</tool_call>'
+                text = '": "SELECT 1"}}</tool_call>'
             elif tail.endswith("text"):
-                text = '": "a guess"}, "name": "answer"}</tool_call>'
+                text = '": "a guess"}}</tool_call>'
             else:
                 text = SQL_CALL
             ids = (*self.tokenizer.encode(text, add_special_tokens=False), p.stop_token_ids[0])

@@ -340,8 +340,8 @@ class GRPOSection:
             above 0. Pushing them down for an episode that did worse pushes down every call from
             that state, the better ones included; what made it worse is in the tokens after them.
         call_closing_in_loss: the tokens that close a call after its arguments' last value (each
-            tool's ``ChatRenderer.call_closings``: ``"name": "sql"}</tool_call>``, the name included
-            where the argument's name already told the tool apart), wherever a turn sampled them:
+            tool's ``ChatRenderer.call_closings``: ``}}</tool_call>``; after the name for a tool
+            without arguments), wherever a turn sampled them:
             ``always`` trained with their episode's advantage; ``when_better`` only where it is
             above 0. The call's choice is made before them (which argument, what value); pushing
             them down for an episode that did worse moves mass to other names and closings, so the

@@ -49,8 +49,8 @@ class CallFormat:
     Attributes:
         prefix: the token ids every call begins with, whichever tool it calls.
         closings: per tool, the token ids that close a call to it after its arguments' last value
-            (``"name": "sql"}</tool_call>`` as the tokenizer splits it), the tool's name included only
-            where the call's opening already told the tool apart.
+            (``}}</tool_call>`` as the tokenizer splits it); for a tool without arguments, what
+            follows its name.
     """
 
     prefix: tuple[int, ...] = ()
@@ -293,10 +293,10 @@ class ChatRenderer:
         """Per tool, the token ids that close a call to it after its arguments' last value.
 
         The tokens that every rendering of a call to the tool shares at its end, whatever the value
-        (:data:`_PROBE_VALUES`), in the format :func:`agentgym.parsing.format_tool_call` writes. The
-        tool's name is part of a closing only where it is no choice: the tool takes arguments and its
-        opening (:attr:`call_openings`) differs from every other tool's, so the argument's name
-        already told which tool is called. Elsewhere the closing starts after the name.
+        (:data:`_PROBE_VALUES`), in the format :func:`agentgym.parsing.format_tool_call` writes. A
+        closing never holds a choice the opening did not make: where the tool's name would be part
+        of it (a tool without arguments, whose whole call is the same every time, or a format that
+        writes the name after the arguments, where tools open alike), it starts after the name.
         """
         closings = []
         for tool, opening in zip(self.tools, self.call_openings, strict=True):

@@ -496,8 +496,8 @@ def test_the_call_closing_mask_marks_what_follows_a_calls_arguments(default_toke
         assert len(sampled) == 3
         for segment in sampled:
             marked = [t for i, t in enumerate(segment.token_ids) if mask[row, segment.start + i]]
-            assert default_tokenizer.decode(marked) == ' "name": "sql"}</tool_call>'
-            assert default_tokenizer.decode(segment.token_ids).endswith(' "name": "sql"}</tool_call><|im_end|>')
+            assert default_tokenizer.decode(marked) == "}}</tool_call>"
+            assert default_tokenizer.decode(segment.token_ids).endswith('"}}</tool_call><|im_end|>')
         assert int(mask[row].sum()) == sum(int(mask[row, s.start : s.end].sum()) for s in sampled)  # nothing outside the turns
 
 
