@@ -5,9 +5,9 @@ episode has done it. This measures how rare that is: it plays the experiment's G
 greedily with every first ``sql`` call failing (``fault_rate: 1`` capped at one fault in a row), and
 in the turn after the fault (the model's own turn: no exploration) it reads the model's next-token
 distribution where a call to ``sql`` (the retry) and a call to ``answer`` (giving up with a guess)
-first differ, in the format the demonstrations write: the argument's name, ``query`` or ``text``,
-which comes before the tool's name there (so a call that opens with ``query`` may still be named
-``answer``: docs/trainer.md). It prints, per model, the mean probability of that token at each sampling
+first differ, in the format the demonstrations write: the tool's name (in the format before
+2026-11-29, which wrote the arguments first, the argument's name, ``query`` or ``text``, where a
+call that opened with ``query`` could still be named ``answer``: docs/trainer.md). It prints, per model, the mean probability of that token at each sampling
 temperature of ``--temperatures`` (default 0.7 and 1.0; the candidates for ``error_temperature``,
 the temperature of the turn after a failed call, are measured here), and the expected retries among a GRPO phase's fault decisions (``--decisions``: the
 experiment's 10 steps x 16 episodes at a fault rate of 0.5 meet about 80). Training tasks only; one

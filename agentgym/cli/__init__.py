@@ -3,7 +3,8 @@
 Each command is one module of this package with the same ``add_parser(commands)`` function, which
 adds its sub-command parser and sets ``run``; :data:`COMMANDS` lists them in ``agentgym --help``'s
 order. Every command turns bad input into one clear line on stderr and exit status 2, never a
-traceback; a full disk is one line too (status 1), saying how to continue. Heavy imports (torch, transformers, rich) happen only when a command runs.
+traceback; a full disk is one line too (status 1), saying how to continue. Heavy imports (torch,
+transformers, rich) happen only when a command runs.
 """
 
 from __future__ import annotations
