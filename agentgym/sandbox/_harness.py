@@ -205,6 +205,7 @@ def _exception_like(raised: str, message: str, classes: list[str]) -> Exception:
 def serve(path: str, names: list[str]) -> None:
     """Load the submission at ``path`` and answer calls to the functions in ``names``."""
     reader, writer = _channel()
+    speaker = os.getpid()
     module = types.ModuleType("solution")
     module.__file__ = path
     sys.modules["solution"] = module
@@ -213,8 +214,10 @@ def serve(path: str, names: list[str]) -> None:
             source = handle.read()
         exec(compile(source, path, "exec"), module.__dict__)
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: the submission never became ready
+        _speak_alone(speaker)
         _say(writer, {"ready": False} | _describe(exc))
         return
+    _speak_alone(speaker)
     namespace = module.__dict__
     _say(writer, {"ready": True})
     for line in reader:
@@ -230,6 +233,33 @@ def serve(path: str, names: list[str]) -> None:
         except BaseException as exc:  # noqa: BLE001 - whatever the code raises is its answer
             reply = _describe(exc)
         _say(writer, reply)
+
+
+def _speak_alone(speaker: int) -> None:
+    """Make the process that started loading the submission (``speaker``) the only one left.
+
+    Processes the submission forked while loading come back here too (a fork bomb's children
+    all do); each would answer calls on the same pipes, so which answer the grader read, and the
+    grade, would depend on timing. They exit without a word. Where the harness is pid 1 of the
+    run's own pid namespace (the local backend), it also stops everything else the submission
+    started, and waits until those processes are gone, so that every call is answered by one
+    process in a quiet sandbox, the same way every time.
+    """
+    if os.getpid() != speaker:
+        os._exit(0)
+    if speaker != 1:
+        return
+    try:
+        os.kill(-1, 9)  # every process of this pid namespace but pid 1 itself
+    except ProcessLookupError:  # there was none
+        return
+    while True:  # orphans are re-parented to pid 1, so this waits for all of them
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
 
 
 class CandidateError(Exception):

@@ -231,7 +231,6 @@ def test_a_grading_the_server_died_under_is_an_infrastructure_failure(backend):
         "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",  # kills its own process
         "import os, signal\nos.kill(-1, signal.SIGKILL)\n",  # everything it can reach
         "import sys\nfor name in [m for m in sys.modules if 'harness' in m]:\n    vars(sys.modules[name]).clear()\n" + DOUBLE,  # wrecks the harness
-        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        break\n" + DOUBLE,  # exhausts its pids
         "x = bytearray(1 << 40)\n",  # more memory than its limit
     ],
 )
@@ -241,3 +240,26 @@ def test_a_submission_that_breaks_its_own_grading_stays_a_failed_submission(loca
         grade = grader.grade(attack, DOUBLE_TESTS)
     assert grade.infra_error is None and grade.score < 1.0  # a failed (or partial) submission, never an infra error
     assert local_backend.generation() == generation  # nothing it did stopped the fork server
+
+
+FORK_BOMB = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        break\n" + DOUBLE
+
+
+def test_a_fork_bombs_children_never_answer_for_it_so_its_grade_is_the_same_every_time(local_backend):
+    # Every child of the bomb comes back into the harness once its fork fails; had they all
+    # answered on the same pipes, the grade would depend on which answer was read first.
+    generation = local_backend.generation()
+    with Grader(local_backend, LIMITS) as grader:
+        grades = [grader.grade(FORK_BOMB, DOUBLE_TESTS) for _ in range(10)]
+    assert {(grade.score, grade.reason, grade.infra_error) for grade in grades} == {(1.0, "3 of 3 hidden tests passed", None)}
+    assert local_backend.generation() == generation
+
+
+def test_processes_a_submission_left_running_are_gone_before_its_first_call(local_backend):
+    leaves_one = (
+        "import os, time\nif os.fork() == 0:\n    time.sleep(60)\n"
+        "def processes():\n    return sorted(int(name) for name in os.listdir('/proc') if name.isdigit())\n"
+    )
+    with Grader(local_backend, LIMITS) as grader:
+        grade = grader.grade(leaves_one, FunctionTests("processes", (IOCase.of([], [1]),)))
+    assert (grade.score, grade.infra_error) == (1.0, None)  # only the harness (pid 1 of the run) is left
