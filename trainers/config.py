@@ -253,6 +253,11 @@ class RolloutSection(RolloutSettings):
         env_workers: threads stepping environments in parallel.
         distinct_env_seeds: every episode of a group gets its own environment seed (see
             :class:`agentgym.rollouts.runner.RolloutConfig`).
+        max_cache_mib: budget of the key/value buffers the trainer's decoding (its rollouts and
+            evaluations) may hold, in MiB; ``None``: a quarter of the machine's memory. Episodes
+            wait for room rather than grow the buffers past it (a lone episode may), so one long
+            step cannot raise the process's peak by its whole rectangle of rows; the episodes
+            are the same either way, the waiting costs time (docs/trainer.md).
     """
 
     temperature: Annotated[float, Field(gt=0)] = 1.0
@@ -263,6 +268,7 @@ class RolloutSection(RolloutSettings):
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     env_workers: Annotated[int, Field(ge=1)] = 8
     distinct_env_seeds: bool = False
+    max_cache_mib: Annotated[float, Field(gt=0)] | None = None
 
 
 @config_dataclass()

@@ -753,8 +753,11 @@ def rollout_config(config: TrainConfig, task_ids: Sequence[str], *, seed: int, e
 def _backend(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainConfig) -> Any:
     from agentgym.models.hf import HFBackend
 
+    budget = config.rollout.max_cache_mib
     # A PeftModel forwards what the backend uses of a PreTrainedModel to the model it wraps.
-    return HFBackend(cast("PreTrainedModel", policy), tokenizer, name=f"hf:{config.model or DEFAULT_MODEL}")
+    return HFBackend(
+        cast("PreTrainedModel", policy), tokenizer, name=f"hf:{config.model or DEFAULT_MODEL}", max_cache_gib=None if budget is None else budget / 1024
+    )
 
 
 def _evaluate(policy: PreTrainedModel | PeftModel, tokenizer: Any, config: TrainConfig, tasks: Sequence[str], display: ProgressReport) -> dict[str, float]:

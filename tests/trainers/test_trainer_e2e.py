@@ -323,3 +323,30 @@ def test_the_update_runs_without_the_rollouts_key_value_buffers(tiny_model_dir, 
     train(config)
     assert len(peaks) == 2 and all(peak > 0 for peak in peaks)  # the rollouts did fill buffers
     assert held == [0, 0]
+
+
+def test_a_key_value_budget_delays_episodes_without_changing_them(tiny_model_dir, tmp_path, monkeypatch) -> None:
+    """``rollout.max_cache_mib`` bounds the rollouts' buffers: episodes wait for room instead, and
+    are the same tokens, sampled at the same temperature, as without a budget."""
+    from agentgym.trainers import trainer
+
+    rollouts = trainer.run_rollouts
+
+    def rollouts_of(budget, folder):
+        played = []
+
+        def run_rollouts(backend, *args, **kwargs):
+            episodes = rollouts(backend, *args, **kwargs)
+            played.append(([e.trajectory.token_ids for e in episodes], backend.engine.stats.peak_cache_bytes, backend.engine.max_cache_bytes))
+            return episodes
+
+        monkeypatch.setattr(trainer, "run_rollouts", run_rollouts)
+        overrides = {"rollout.max_new_tokens": 12, "rollout.temperature": 1.0, "grpo.steps": 1, "eval.enabled": False, "rollout.max_cache_mib": budget}
+        train(_tiny_run(tiny_model_dir, tmp_path / folder, overrides))
+        return played
+
+    free, tight = rollouts_of(None, "free"), rollouts_of(0.001, "tight")
+    assert len(free) == len(tight) == 1
+    assert [tokens for tokens, _, _ in tight] == [tokens for tokens, _, _ in free]
+    assert all(budget == int(0.001 * 2**20) for _, _, budget in tight)
+    assert all(tight_peak < free_peak for (_, tight_peak, _), (_, free_peak, _) in zip(tight, free, strict=True))
