@@ -35,6 +35,7 @@ import math
 import os
 import random
 import select
+import signal
 import socket
 import sys
 import time
@@ -250,7 +251,7 @@ def _speak_alone(speaker: int) -> None:
     if speaker != 1:
         return
     try:
-        os.kill(-1, 9)  # every process of this pid namespace but pid 1 itself
+        os.kill(-1, signal.SIGKILL)  # every process of this pid namespace but pid 1 itself
     except ProcessLookupError:  # there was none
         return
     while True:  # orphans are re-parented to pid 1, so this waits for all of them
