@@ -256,8 +256,8 @@ class RolloutSection(RolloutSettings):
         max_cache_mib: budget of the key/value buffers the trainer's decoding (its rollouts and
             evaluations) may hold, in MiB; ``None``: a quarter of the machine's memory. Episodes
             wait for room rather than grow the buffers past it (a lone episode may), so one long
-            step cannot raise the process's peak by its whole rectangle of rows; the episodes
-            are the same either way, the waiting costs time (docs/trainer.md).
+            step cannot raise the process's peak by its whole rectangle of rows. The waiting
+            costs time; the episodes were the same tokens wherever measured (docs/trainer.md).
     """
 
     temperature: Annotated[float, Field(gt=0)] = 1.0

@@ -215,12 +215,14 @@ def serve(path: str, names: list[str]) -> None:
             source = handle.read()
         exec(compile(source, path, "exec"), module.__dict__)
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: the submission never became ready
-        _speak_alone(speaker)
-        _say(writer, {"ready": False} | _describe(exc))
-        return
+        ready = {"ready": False} | _describe(exc)
+    else:
+        ready = {"ready": True}
     _speak_alone(speaker)
+    _say(writer, ready)
+    if not ready["ready"]:
+        return
     namespace = module.__dict__
-    _say(writer, {"ready": True})
     for line in reader:
         try:
             request = json.loads(line)
@@ -259,8 +261,6 @@ def _speak_alone(speaker: int) -> None:
             os.waitpid(-1, 0)
         except ChildProcessError:
             return
-        except InterruptedError:
-            continue
 
 
 class CandidateError(Exception):
