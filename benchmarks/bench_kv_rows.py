@@ -12,6 +12,10 @@ Every episode of a step also starts with the same system prompt and tool schemas
 tokens); each row used to hold its own copy of them, and now the engine stores them once
 (``KVEngine.store_prefix``) and every row holds only what follows.
 
+A budget for the buffers (the trainer's ``rollout.max_cache_mib``) makes turns wait for room
+instead of widening the rectangle: fewer rows decode at once, so the buffers and the process stay
+smaller and the steps take longer; the tokens stay the same.
+
 Under the trainer's autocast (bf16 products on CPUs that have them) every linear layer cast its
 float32 weight to bfloat16 in every forward pass; now the engine casts each weight once per
 weights version (``KVEngine.cast_weights``), with the same products.
@@ -19,10 +23,11 @@ weights version (``KVEngine.cast_weights``), with the same products.
 This plays GRPO steps' rollouts as an experiment's GRPO phase does (its rollout settings, an arm's
 changes, the training tasks; each step ``num_tasks`` tasks drawn from them and a group per task,
 seeds from ``--seed``) from a given model, under the experiment's autocast as its trainer would
-(``--autocast`` replaces it), in four modes, each in its own process: ``keep-all`` (the runner
+(``--autocast`` replaces it), in five modes, each in its own process: ``keep-all`` (the runner
 never forgets, the prompt in every row, weights cast in every pass), ``forget`` (finished rows
-left behind), ``prefix-once`` (and the prompt stored once) and ``cast-once`` (today's: and the
-weights cast once; the same as ``prefix-once`` without autocast). For each it prints every step's
+left behind), ``prefix-once`` (and the prompt stored once), ``cast-once`` (today's: and the
+weights cast once; the same as ``prefix-once`` without autocast), and ``budget``: today's with the
+buffers held to ``--budget-mib``. For each it prints every step's
 largest key/value buffers (MiB), the process's peak resident memory, and the seconds; then the
 ratios of each mode to the one before it and how many trajectories came out token-identical.
 ``--modes`` runs some of them.
@@ -46,7 +51,7 @@ from typing import Any
 
 from child_process import measure_in_child
 
-MODES = ("keep-all", "forget", "prefix-once", "cast-once")
+MODES = ("keep-all", "forget", "prefix-once", "cast-once", "budget")
 MIB = 2**20
 EXPERIMENT = Path(__file__).resolve().parents[1] / "trainers" / "configs" / "experiments" / "learning_cpu.yaml"
 
@@ -74,7 +79,9 @@ def _run_mode(args: argparse.Namespace, mode: str, queue: Any) -> None:
     if mode == "keep-all":
         backend.forget = None  # type: ignore[method-assign,assignment]  # the runner then never forgets
     backend.engine.store_prefix = MODES.index(mode) >= MODES.index("prefix-once")
-    backend.engine.cast_weights = mode == "cast-once"
+    backend.engine.cast_weights = MODES.index(mode) >= MODES.index("cast-once")
+    if mode == "budget":
+        backend.engine.max_cache_bytes = int(args.budget_mib * MIB)
     runner = RolloutRunner(backend)
     draw = random.Random(args.seed)
     steps, trajectories = [], []
@@ -113,6 +120,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (the experiment's phases use 1)")
     parser.add_argument("--autocast", choices=["auto", "bf16", "off"], help="replace the experiment's training.autocast")
+    parser.add_argument("--budget-mib", type=float, default=150.0, help="the key/value budget of the budget mode (rollout.max_cache_mib)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="the modes to run, in this order")
     args = parser.parse_args()
 
