@@ -23,7 +23,9 @@ with today's code whose row passes stop at each row's last needed position inste
 of ``ROW_LENGTH_MULTIPLE`` tokens (rows of ever new lengths: the allocator's and oneDNN's memory
 grow from step to step; use ``--grpo-steps 5`` or more to see it); ``--paths untrimmed-rows new``
 with today's code that hands the allocator's free pages back only after the optimiser step, not
-after each row's backward.
+after each row's backward; ``--paths unbounded-ideep new`` with today's code whose ideep layer keeps
+its default 1,024 cached products instead of ``IDEEP_CACHE`` (the cache fills step by step: use
+several GRPO steps).
 
     python benchmarks/bench_memory.py                                   # all three phases, both paths
     python benchmarks/bench_memory.py --phases grpo --sft-model PATH    # GRPO from a given model
@@ -78,7 +80,7 @@ from pathlib import Path
 from typing import Any
 
 PHASES = ("sft", "grpo", "eval")
-PATHS = ("old", "previous", "exact-rows", "untrimmed-rows", "new")
+PATHS = ("old", "previous", "exact-rows", "untrimmed-rows", "unbounded-ideep", "new")
 EXPERIMENT = Path(__file__).resolve().parents[1] / "trainers" / "configs" / "experiments" / "learning_cpu.yaml"
 MIB = 2**20
 
@@ -157,13 +159,17 @@ def _use_path(path: str) -> None:
     pass that keeps its activations, one logits tensor a pass, doubling key/value buffers with the
     shared prompt in every row, AdamW moments in memory), to an earlier round's (``previous``: each row's pass keeps its graph
     instead of running its layers again in backward; ``exact-rows``: each row's pass stops at its last needed position;
-    ``untrimmed-rows``: the allocator's free pages go back to the system only after the optimiser step, not after each row)
-    or leave today's defaults (``new``). Each path has the changes of the paths after it undone too."""
+    ``untrimmed-rows``: the allocator's free pages go back to the system only after the optimiser step, not after each row;
+    ``unbounded-ideep``: ideep keeps up to its default 1,024 products) or leave today's defaults (``new``). Each path
+    has the changes of the paths after it undone too."""
     if path == "new":
         return
     from agentgym.models import hf
     from agentgym.trainers import memory, modeling
 
+    os.environ["LRU_CACHE_CAPACITY"] = "1024"  # ideep's own default, before bound_primitive_cache set it
+    if path == "unbounded-ideep":
+        return
     modeling.TRIM_BETWEEN_ROWS = False
     if path == "untrimmed-rows":
         return
@@ -557,7 +563,7 @@ def main() -> None:
         choices=PATHS,
         default=["old", "new"],
         help="old: before the first round; previous: before the rows ran their layers again; exact-rows: before the rows ran to a multiple of ROW_LENGTH_MULTIPLE; "
-        "untrimmed-rows: before the free pages went back to the system after each row",
+        "untrimmed-rows: before the free pages went back to the system after each row; unbounded-ideep: before ideep's cache was bounded",
     )
     parser.add_argument("--sft-steps", type=int, default=6)
     parser.add_argument("--grpo-steps", type=int, default=1)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EPISODE_TOKENS",
     "EVALUATION_OVERHEAD",
+    "IDEEP_CACHE",
     "OFFLOAD_OPTIMIZER_STATE",
     "ONEDNN_PRIMITIVE_CACHE",
     "TRAINING_OVERHEAD",
@@ -214,19 +215,28 @@ def return_freed_memory() -> None:
 ONEDNN_PRIMITIVE_CACHE = 64
 """Primitives oneDNN keeps (its default is 1,024) in a training process: see :func:`bound_primitive_cache`."""
 
+IDEEP_CACHE = 16
+"""Products PyTorch's ideep layer keeps (``LRU_CACHE_CAPACITY``; its default is 1,024) in a training
+process: see :func:`bound_primitive_cache`."""
+
 
 def bound_primitive_cache() -> None:
-    """Keep at most :data:`ONEDNN_PRIMITIVE_CACHE` oneDNN primitives in this process, unless
-    ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` is set already.
+    """Keep at most :data:`ONEDNN_PRIMITIVE_CACHE` oneDNN primitives and :data:`IDEEP_CACHE` of
+    ideep's cached products in this process, unless ``ONEDNN_PRIMITIVE_CACHE_CAPACITY`` or
+    ``LRU_CACHE_CAPACITY`` is set already.
 
     oneDNN computes the bfloat16 products of a CPU that has them natively (AMX, AVX512-BF16), and
     keeps a primitive, with its memory, for every shape it has met, up to 1,024; each row of a GRPO
     update has a length of its own, so a training process grew by ~140 MiB after each update there
     (docs/trainer.md); with 64 the growth fell to ~60 MiB and the level by ~170-250 MiB, with no slower
-    update in a rough comparison. oneDNN reads the setting when it first creates a
-    primitive, so this must run before any bfloat16 product of the process.
+    update in a rough comparison. PyTorch's ideep layer, between torch and oneDNN, keeps a second
+    cache per shape, also up to 1,024 (about a quarter of a MiB each: 200 new shapes of a bfloat16
+    product left ~50 MiB in each cache); a product ideep no longer holds is rebuilt from oneDNN's
+    cache, at no measured cost (docs/trainer.md). Both read their setting when they first build
+    one, so this must run before any bfloat16 product of the process.
     """
     os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_PRIMITIVE_CACHE))
+    os.environ.setdefault("LRU_CACHE_CAPACITY", str(IDEEP_CACHE))
 
 
 OFFLOAD_OPTIMIZER_STATE = True

@@ -516,12 +516,16 @@ def test_each_rows_backward_is_followed_by_the_freed_memory_going_back(model, mo
         assert torch.equal(got, want)
 
 
-def test_a_training_process_bounds_onednns_primitive_cache_unless_told_otherwise(monkeypatch) -> None:
+def test_a_training_process_bounds_onednns_and_ideeps_caches_unless_told_otherwise(monkeypatch) -> None:
     from agentgym.trainers import memory
 
     monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    monkeypatch.delenv("LRU_CACHE_CAPACITY", raising=False)
     memory.bound_primitive_cache()
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(memory.ONEDNN_PRIMITIVE_CACHE)
-    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")  # the user's choice stands
+    assert os.environ["LRU_CACHE_CAPACITY"] == str(memory.IDEEP_CACHE)
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "8")  # the user's choices stand
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "1024")
     memory.bound_primitive_cache()
     assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "8"
+    assert os.environ["LRU_CACHE_CAPACITY"] == "1024"
